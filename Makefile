@@ -1,0 +1,34 @@
+# Quick start: `make demo` and `make test`. Both set up .venv first.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+TORCH_VERSION ?= 2.13.0
+# Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
+TORCH_PIP_ARGS ?=
+
+.PHONY: setup demo test lint clean
+
+setup: $(VENV)/.installed
+
+# torch goes in first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $@
+
+demo: setup
+	@rc=0; $(VENV)/bin/perfcheck review --base examples/demo/base --head examples/demo/head \
+		--out perfcheck-out/demo || rc=$$?; \
+	if [ $$rc -eq 1 ]; then echo "(exit 1: the demo's head has regressions, as intended)" >&2; \
+	elif [ $$rc -ne 0 ]; then exit $$rc; fi
+
+test: setup
+	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) perfcheck-out .pytest_cache .ruff_cache

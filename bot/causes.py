@@ -1,0 +1,51 @@
+"""One line on the likely cause of a finding, refined by its evidence where the evidence says more."""
+
+from __future__ import annotations
+
+from perfcheck.schema import Finding
+
+_BY_CATEGORY = {
+    "graph_break_added": "Dynamo could not trace this line, so the graph is split here and the rest of the "
+    "function runs as another graph.",
+    "graph_break_removed": "this line no longer splits the graph.",
+    "recompile": "a guard on a shape, dtype or Python value failed, so the function compiles again: "
+    "specialisation on a value that changes between calls.",
+    "export_ir_changed": "the traced program differs: new or different ops, a decomposition change, or "
+    "dtype/shape promotion.",
+    "export_op_denied": "the graph now contains an op the project's export allow/deny list rejects.",
+    "export_failed": "torch.export cannot trace the model: often data-dependent control flow or an "
+    "unsupported Python construct.",
+    "probe_crashed": "the probe process raised or died: an error in the workload, OOM or a segfault.",
+    "probe_timeout": "the probe did not finish in time: a hang, a deadlock or a far slower compile.",
+}
+
+_BY_BREAK_TYPE = (
+    (
+        "Tensor.item()",
+        "`Tensor.item()` moves a value to Python; keep it on the device (`torch.where`) or set "
+        "`torch._dynamo.config.capture_scalar_outputs = True`.",
+    ),
+    (
+        "print",
+        "a `print`/logging call inside the compiled region; move it out or list the function in "
+        "`torch._dynamo.config.reorderable_logging_functions`.",
+    ),
+    (
+        "logging",
+        "a logging call inside the compiled region; list it in "
+        "`torch._dynamo.config.reorderable_logging_functions` or move it out.",
+    ),
+    ("numpy", "NumPy calls on tensors leave the graph; use the torch equivalent."),
+    ("data-dependent", "Python control flow on a tensor's value; use `torch.cond` or `torch.where`."),
+    ("skip", "Dynamo was told to skip this function (`torch._dynamo.disable` or a skipfile)."),
+    ("autocast", "an autocast region boundary inside the compiled function."),
+)
+
+
+def likely_cause(finding: Finding) -> str:
+    if finding.category in ("graph_break_added",):
+        kind = str(finding.evidence.get("break_type", ""))
+        for needle, cause in _BY_BREAK_TYPE:
+            if needle.lower() in kind.lower():
+                return cause
+    return _BY_CATEGORY.get(finding.category, "")

@@ -1,0 +1,211 @@
+"""Render a Review into the PR comment with Jinja2 templates (the project's own folder first)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from perfcheck.bot import markdown
+from perfcheck.bot.causes import likely_cause
+from perfcheck.schema import Environment, ProbeResult, Review
+
+MARKER = "<!-- perfcheck:review -->"
+COMMENT_LIMIT = 65536  # GitHub's limit on an issue comment body
+_ICONS = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
+_TITLES = {
+    "graph_break_added": "New graph break",
+    "graph_break_removed": "Graph break removed",
+    "recompile": "New recompilation",
+    "export_ir_changed": "Exported IR changed",
+    "export_op_denied": "Denied op in exported graph",
+    "export_failed": "torch.export fails",
+    "probe_crashed": "Probe crashed",
+    "probe_timeout": "Probe timed out",
+}
+
+
+def templates_dir() -> Path:
+    from perfcheck import templates
+
+    return Path(templates.__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class Row:
+    metric: str
+    base: str
+    head: str
+    delta: str
+
+
+def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
+    return {r.probe: r for r in results}
+
+
+def _status(r: ProbeResult | None) -> str | None:
+    if r is None:
+        return "—"
+    return None if r.status == "ok" else r.status
+
+
+def _pct(base: float, head: float) -> str:
+    if base <= 0:
+        return ""
+    return f"{(head - base) / base * 100:+.0f} %"
+
+
+def workload_rows(base: list[ProbeResult], head: list[ProbeResult]) -> list[Row]:
+    b, h = _by_probe(base), _by_probe(head)
+    rows: list[Row] = []
+    bc, hc = b.get("compile"), h.get("compile")
+    if bc or hc:
+        bm = bc.compile if bc else None
+        hm = hc.compile if hc else None
+
+        def cell(r: ProbeResult | None, value: str | None) -> str:
+            return _status(r) or (value if value is not None else "—")
+
+        rows.append(
+            Row(
+                "graphs / breaks",
+                cell(bc, f"{bm.graph_count} / {bm.graph_break_count}" if bm else None),
+                cell(hc, f"{hm.graph_count} / {hm.graph_break_count}" if hm else None),
+                f"{hm.graph_break_count - bm.graph_break_count:+d} breaks"
+                if bm and hm and hm.graph_break_count != bm.graph_break_count
+                else ("=" if bm and hm else ""),
+            )
+        )
+        rows.append(
+            Row(
+                "recompiles",
+                cell(bc, str(bm.recompile_count) if bm else None),
+                cell(hc, str(hm.recompile_count) if hm else None),
+                f"{hm.recompile_count - bm.recompile_count:+d}"
+                if bm and hm and hm.recompile_count != bm.recompile_count
+                else ("=" if bm and hm else ""),
+            )
+        )
+        rows.append(
+            Row(
+                f"cold compile ({(hm or bm).backend})" if (hm or bm) else "cold compile",
+                cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
+                cell(hc, f"{hm.cold_compile_s:.2f} s" if hm else None),
+                _pct(bm.cold_compile_s, hm.cold_compile_s) if bm and hm else "",
+            )
+        )
+    be, he = b.get("export"), h.get("export")
+    if be or he:
+        bx = be.export if be else None
+        hx = he.export if he else None
+
+        def ir(r: ProbeResult | None) -> str:
+            if r is None:
+                return "—"
+            if r.status == "failed":
+                return "fails"
+            if r.export is None or r.export.graph_sha256 is None:
+                return r.status
+            return f"{r.export.graph_sha256[:10]} ({sum(r.export.op_counts.values())} ops)"
+
+        same = bx is not None and hx is not None and bx.graph_sha256 and bx.graph_sha256 == hx.graph_sha256
+        rows.append(Row("export IR", ir(be), ir(he), "=" if same else ("changed" if bx and hx else "")))
+    return rows
+
+
+def environment_line(base: Environment | None, head: Environment | None) -> str:
+    def describe(env: Environment) -> str:
+        parts = []
+        if env.gpu_name:
+            parts.append(f"{env.gpu_count}× {env.gpu_name}")
+            if env.driver:
+                parts.append(f"driver {env.driver}")
+            if env.cuda:
+                parts.append(f"CUDA {env.cuda}")
+        else:
+            parts.append(f"CPU {env.cpu}" if env.cpu else "CPU")
+        parts.append(f"torch {env.torch}")
+        if env.triton:
+            parts.append(f"triton {env.triton}")
+        parts.append(f"Python {env.python}")
+        return " · ".join(parts)
+
+    if base is None and head is None:
+        return "unknown (no probe finished)"
+    if base is None or head is None or base == head:
+        return describe(base or head) + (" — same on both sides" if base == head else "")  # type: ignore[arg-type]
+    return f"base: {describe(base)}; head: {describe(head)}"
+
+
+def _environment(results: list[ProbeResult]) -> Environment | None:
+    return next((r.environment for r in results if r.environment is not None), None)
+
+
+def headline(review: Review) -> str:
+    errors = sum(f.severity == "error" for f in review.findings)
+    warnings = sum(f.severity == "warning" for f in review.findings)
+    if review.verdict == "fail":
+        words = f"{errors} regression{'s' if errors != 1 else ''}"
+    elif review.verdict == "inconclusive":
+        words = "inconclusive"
+    else:
+        words = "no regressions"
+    if warnings:
+        words += f" · {warnings} warning{'s' if warnings != 1 else ''}"
+    return words
+
+
+def _side_name(info_tree: str, revision: str | None) -> str:
+    return revision[:7] if revision else Path(info_tree).name
+
+
+def _env(custom: Path | None) -> jinja2.Environment:
+    folders = [str(custom)] if custom is not None else []
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader([*folders, str(templates_dir())]),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,  # Markdown, not HTML: every untrusted value goes through the filters below
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        text=markdown.text,
+        cell=markdown.cell,
+        code=markdown.code,
+        block=markdown.block,
+        cell_code=lambda v: markdown.code(v, in_table=True),
+    )
+    return env
+
+
+def render_comment(review: Review, template_dir: Path | None = None, report_pointer: str = "") -> str:
+    env = _env(template_dir)
+    findings = [
+        {
+            "n": i,
+            "f": f,
+            "title": _TITLES.get(f.category, f.category.replace("_", " ")),
+            "cause": likely_cause(f),
+        }
+        for i, f in enumerate(review.findings, start=1)
+    ]
+    body = env.get_template("comment.md.j2").render(
+        marker=MARKER,
+        review=review,
+        icon=_ICONS[review.verdict],
+        headline=headline(review),
+        base_name=_side_name(review.base.tree, review.base.revision),
+        head_name=_side_name(review.head.tree, review.head.revision),
+        workloads=[{"name": wl.name, "rows": workload_rows(wl.base, wl.head)} for wl in review.workloads],
+        findings=findings,
+        environment=environment_line(
+            review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
+            review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),
+        ),
+    )
+    pointer = (
+        report_pointer or "The comment was cut to fit GitHub's limit; the full review is in `result.json`."
+    )
+    return markdown.cap(body, COMMENT_LIMIT, pointer)

@@ -1,0 +1,184 @@
+"""perfcheck.yml: the project's settings, read once at the edge into one typed object.
+
+Torch-free. A config error names the file, the key and what was expected (the CLI exits 2).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
+PROBE_NAMES = ("compile", "export")
+DEFAULT_WORKLOAD = "mlp-tiny"
+
+_OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
+_WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message is meant for the user as it stands."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkloadConfig(_Section):
+    name: str = Field(description="short name used in reports and --workloads")
+    entry: str = Field(description="built-in name, path/to/file.py:function or package.module:function")
+    train: bool = Field(default=False, description="forward + backward instead of inference")
+    amp: Literal["none", "bf16", "fp16"] = "none"
+    probes: list[str] | None = Field(default=None, description="probes to run; all by default")
+    timeout_s: float = Field(default=600.0, gt=0, description="per-probe time limit")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _WORKLOAD_NAME.match(v):
+            raise ValueError("a name of letters, digits, '.', '_' or '-'")
+        return v
+
+    @field_validator("entry")
+    @classmethod
+    def _entry(cls, v: str) -> str:
+        if ":" in v:
+            target, _, func = v.rpartition(":")
+            if not target or not func.isidentifier():
+                raise ValueError("'path/to/file.py:function' or 'package.module:function'")
+        return v
+
+    @field_validator("probes")
+    @classmethod
+    def _probes(cls, v: list[str] | None) -> list[str] | None:
+        for p in v or []:
+            if p not in PROBE_NAMES:
+                raise ValueError(f"probe names from {', '.join(PROBE_NAMES)}; got {p!r}")
+        return v
+
+
+class ExportConfig(_Section):
+    allow_ops: list[str] = Field(default_factory=list, description="if set, every op must be listed")
+    deny_ops: list[str] = Field(default_factory=list)
+    strict: bool = Field(default=False, description="torch.export strict (Dynamo) tracing")
+    decompose: bool = Field(default=True, description="hash the core ATen IR after run_decompositions()")
+
+    @field_validator("allow_ops", "deny_ops")
+    @classmethod
+    def _ops(cls, v: list[str]) -> list[str]:
+        for op in v:
+            if not _OP_NAME.match(op):
+                raise ValueError(f"op names like 'aten.native_dropout.default'; got {op!r}")
+        return v
+
+
+class BudgetsConfig(_Section):
+    max_new_graph_breaks: int = Field(default=0, ge=0)
+    max_throughput_regression_pct: float = Field(default=2.3, ge=0)
+    max_peak_memory_growth_mb: float = Field(default=112.0, ge=0)
+    compile_latency_s: dict[str, float] = Field(default_factory=dict, description="workload name -> seconds")
+
+
+class CompileConfig(_Section):
+    backend: str = "inductor"
+    mode: str | None = None
+    dynamic: bool | None = None
+
+
+class Config(_Section):
+    workloads: list[WorkloadConfig] = Field(
+        default_factory=lambda: [WorkloadConfig(name=DEFAULT_WORKLOAD, entry=DEFAULT_WORKLOAD)]
+    )
+    export: ExportConfig = ExportConfig()
+    budgets: BudgetsConfig = BudgetsConfig()
+    compile: CompileConfig = CompileConfig()
+    paths: list[str] = Field(
+        default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
+    )
+    source: str = Field(default="(defaults)", exclude=True, description="where this config came from")
+
+    @field_validator("workloads")
+    @classmethod
+    def _unique(cls, v: list[WorkloadConfig]) -> list[WorkloadConfig]:
+        if not v:
+            raise ValueError("at least one workload")
+        seen: set[str] = set()
+        for w in v:
+            if w.name in seen:
+                raise ValueError(f"unique workload names; {w.name!r} appears twice")
+            seen.add(w.name)
+        return v
+
+    def workload(self, name: str) -> WorkloadConfig:
+        for w in self.workloads:
+            if w.name == name:
+                return w
+        raise KeyError(name)
+
+
+def _key(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _expectation(e: Any) -> str:
+    if e["type"] == "missing":
+        return "a value for this required key"
+    msg = e["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
+    return msg.replace(", unable to interpret input", "")
+
+
+def _describe(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        key = _key(e["loc"])
+        if e["type"] == "extra_forbidden":
+            lines.append(f"{source}: {key}: unknown key")
+            continue
+        got = e.get("input")
+        shown = "" if e["type"] == "missing" or isinstance(got, dict | list) else f" (got {got!r})"
+        lines.append(f"{source}: {key}: expected {_expectation(e)}{shown}")
+    return "\n".join(lines)
+
+
+def parse_config(text: str, source: str) -> Config:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{source}:{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: (top level): expected a mapping of settings, got {type(data).__name__}")
+    try:
+        return Config.model_validate({**data, "source": source})
+    except ValidationError as err:
+        raise ConfigError(_describe(err, source)) from None
+
+
+def find_config(tree: Path) -> Path | None:
+    for name in CONFIG_NAMES:
+        candidate = tree / name
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(explicit: Path | None, tree: Path | None) -> Config:
+    """``--config`` if given, else the first of CONFIG_NAMES in ``tree``, else the defaults."""
+    path = explicit if explicit is not None else (find_config(tree) if tree is not None else None)
+    if path is None:
+        return Config()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot read config ({err.strerror})") from None
+    return parse_config(text, str(path))

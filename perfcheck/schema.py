@@ -1,0 +1,194 @@
+"""The result contract between the runner (which runs PR code) and the bot (which holds tokens).
+
+This module must never import torch: the trusted bot side reads these documents as untrusted
+data and validates them strictly. Bump ``SCHEMA_VERSION`` on any incompatible change.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+SCHEMA_VERSION = 1
+
+# The finding vocabulary of DESIGN.md. Templates, the root-cause matrix and tests key on these.
+Category = Literal[
+    "graph_break_added",
+    "graph_break_removed",
+    "recompile",
+    "export_ir_changed",
+    "export_op_denied",
+    "export_failed",
+    "amp_fp32_fallback",
+    "throughput_regression",
+    "compile_latency_regression",
+    "memory_regression",
+    "ddp_overlap_drop",
+    "rank_graph_mismatch",
+    "collective_drift",
+    "kernel_mix_changed",
+    "custom_op_check_failed",
+    "probe_crashed",
+    "probe_timeout",
+    "environment_mismatch",
+]
+CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+
+# error fails the check, warning is shown but does not fail, info is neutral or good news.
+Severity = Literal["error", "warning", "info"]
+ProbeStatus = Literal["ok", "failed", "crashed", "timeout", "skipped"]
+Verdict = Literal["pass", "fail", "inconclusive"]
+Side = Literal["base", "head"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SourceLocation(_Strict):
+    path: str = Field(description="file path relative to the side's tree (or a module path outside it)")
+    line: int = Field(ge=0)
+    function: str | None = None
+    code: str | None = Field(default=None, description="the source line, stripped")
+
+
+class GraphBreak(_Strict):
+    break_type: str = Field(
+        description="Dynamo's graph-break type, e.g. 'Unsupported Tensor.item() call ...'"
+    )
+    reason: str = Field(description="the full reason Dynamo gave")
+    location: SourceLocation | None = None
+    count: int = Field(default=1, ge=1)
+
+
+class Recompile(_Strict):
+    function: str
+    reason: str
+
+
+class CompileMetrics(_Strict):
+    backend: str
+    graph_count: int = Field(ge=0)
+    graph_break_count: int = Field(ge=0)
+    graph_breaks: list[GraphBreak] = []
+    recompile_count: int = Field(ge=0)
+    recompiles: list[Recompile] = []
+    cold_compile_s: float = Field(ge=0)
+    compile_breakdown_s: dict[str, float] = Field(
+        default_factory=dict, description="dynamo / aot / inductor seconds where torch reports them"
+    )
+    op_count: int = Field(default=0, ge=0)
+
+
+class ExportMetrics(_Strict):
+    graph_sha256: str | None = None
+    graph_text: str | None = Field(default=None, description="canonical rendering of the exported graph")
+    op_counts: dict[str, int] = {}
+    denied_ops: list[str] = []
+    error_type: str | None = None
+    error_message: str | None = None
+    error_location: SourceLocation | None = None
+
+
+class Environment(_Strict):
+    python: str
+    torch: str | None = None
+    triton: str | None = None
+    cuda: str | None = None
+    driver: str | None = None
+    gpu_name: str | None = None
+    gpu_count: int = 0
+    cpu: str | None = None
+    platform: str | None = None
+
+
+class ProbeResult(_Strict):
+    probe: str
+    workload: str
+    side: Side
+    status: ProbeStatus
+    duration_s: float = Field(ge=0)
+    message: str | None = Field(default=None, description="why the probe did not finish, for non-ok statuses")
+    environment: Environment | None = None
+    compile: CompileMetrics | None = None
+    export: ExportMetrics | None = None
+    details: dict[str, Any] = {}
+
+
+class Finding(_Strict):
+    category: Category
+    severity: Severity
+    workload: str
+    probe: str
+    message: str
+    evidence: dict[str, Any] = {}
+    location: SourceLocation | None = None
+
+
+class SideInfo(_Strict):
+    tree: str
+    revision: str | None = None
+    environment: Environment | None = None
+
+
+class WorkloadReview(_Strict):
+    name: str
+    base: list[ProbeResult] = []
+    head: list[ProbeResult] = []
+
+
+class Review(_Strict):
+    schema_version: Literal[1] = SCHEMA_VERSION
+    tool_version: str
+    verdict: Verdict
+    summary: str
+    base: SideInfo
+    head: SideInfo
+    workloads: list[WorkloadReview]
+    findings: list[Finding]
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ContractError(ValueError):
+    """A result document that does not satisfy the contract; carries a readable explanation."""
+
+
+def _explain(err: ValidationError, source: str) -> str:
+    lines = [f"{source}: not a valid perfcheck document ({err.error_count()} problem(s))"]
+    for e in err.errors()[:20]:
+        where = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        lines.append(f"  {where}: {e['msg']}")
+    return "\n".join(lines)
+
+
+def load_model(model: type[M], text: str | bytes, source: str) -> M:
+    """Validate untrusted JSON into ``model`` completely, or raise ContractError; never half-read."""
+    try:
+        return model.model_validate_json(text)
+    except ValidationError as err:
+        raise ContractError(_explain(err, source)) from None
+
+
+def load_review(path: Path) -> Review:
+    try:
+        raw = path.read_bytes()
+    except OSError as err:
+        raise ContractError(f"{path}: cannot read result ({err.strerror})") from None
+    try:
+        version = json.loads(raw).get("schema_version")
+    except (ValueError, AttributeError):
+        raise ContractError(f"{path}: not a JSON object") from None
+    if version != SCHEMA_VERSION:
+        raise ContractError(
+            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
+        )
+    return load_model(Review, raw, str(path))
+
+
+def json_schema() -> dict[str, Any]:
+    return Review.model_json_schema()

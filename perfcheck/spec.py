@@ -1,0 +1,25 @@
+"""What one probe run is asked to do: the message from the orchestrator to a worker process.
+
+Torch-free, so the orchestrator can build it without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from perfcheck.config import CompileConfig, ExportConfig, WorkloadConfig
+from perfcheck.schema import Side
+
+
+class ProbeSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    probe: str
+    side: Side
+    tree: str
+    device: Literal["cpu", "cuda"] = "cpu"
+    workload: WorkloadConfig
+    compile: CompileConfig = CompileConfig()
+    export: ExportConfig = ExportConfig()

@@ -1,0 +1,67 @@
+"""Import a workload's ``build`` function from one side's tree.
+
+``path/to/file.py:function`` is imported from the side's tree, so base and head each run their
+own code; ``package.module:function`` is imported with the tree first on ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from perfcheck.runner.workloads import BUILTIN_WORKLOADS
+
+
+class WorkloadError(Exception):
+    """The workload could not be imported or built; the message is meant for the user."""
+
+
+def resolve_entry(entry: str) -> str:
+    return BUILTIN_WORKLOADS.get(entry, entry)
+
+
+def _import_file(path: Path) -> Any:
+    # A unique module name per file keeps base and head (and same-named files) apart.
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+    name = f"_perfcheck_workload_{path.stem}_{digest}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise WorkloadError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_build(entry: str, tree: Path) -> Callable[..., Any]:
+    """The ``build`` callable named by ``entry``. Raises WorkloadError or the import's own error."""
+    target, sep, func = resolve_entry(entry).rpartition(":")
+    if not sep:
+        raise WorkloadError(
+            f"workload entry {entry!r} is neither a built-in name nor 'path/file.py:function' "
+            "or 'package.module:function'"
+        )
+    tree = tree.resolve()
+    if target.endswith(".py") or "/" in target:
+        path = (tree / target).resolve()
+        if not path.is_relative_to(tree):
+            raise WorkloadError(f"workload file {target!r} lies outside the tree {tree}")
+        if not path.is_file():
+            raise WorkloadError(f"workload file {target!r} does not exist in {tree}")
+        for folder in (str(path.parent), str(tree)):
+            if folder not in sys.path:
+                sys.path.insert(0, folder)
+        module = _import_file(path)
+    else:
+        if str(tree) not in sys.path:
+            sys.path.insert(0, str(tree))
+        module = importlib.import_module(target)
+    build = getattr(module, func, None)
+    if not callable(build):
+        raise WorkloadError(f"{target} has no callable {func!r}")
+    return build

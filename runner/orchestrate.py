@@ -1,0 +1,170 @@
+"""Run every probe of a review, base and head side by side, each in its own process.
+
+This module imports no torch itself: it only launches workers and reads their results as
+untrusted JSON. A worker that dies, hangs or writes nonsense becomes a crashed or timed-out
+result for that one probe, and the review goes on.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfcheck.config import PROBE_NAMES as ALL_PROBES
+from perfcheck.config import Config, WorkloadConfig
+from perfcheck.progress import Progress
+from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, load_model
+from perfcheck.spec import ProbeSpec
+
+LOG_TAIL_LINES = 12
+
+
+@dataclass(frozen=True)
+class SideSetup:
+    side: Side
+    tree: Path
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class ReviewRun:
+    base: SideSetup
+    head: SideSetup
+    config: Config
+    device: str = "cpu"
+    workloads: list[WorkloadConfig] = field(default_factory=list)
+    probes: tuple[str, ...] = ALL_PROBES
+    out_dir: Path = Path("perfcheck-out")
+
+
+def _log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    # Drop torch's import-time noise so the tail shows the failure itself.
+    lines = [ln for ln in lines if ln.strip() and "Failed to initialize NumPy" not in ln]
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _failed(spec: ProbeSpec, status: str, message: str, duration: float) -> ProbeResult:
+    return ProbeResult(
+        probe=spec.probe,
+        workload=spec.workload.name,
+        side=spec.side,
+        status=status,
+        duration_s=round(duration, 3),
+        message=message,  # type: ignore[arg-type]
+    )
+
+
+def run_probe(spec: ProbeSpec, python: str, timeout_s: float, workdir: Path) -> ProbeResult:
+    """Run one probe in a fresh process; never raises for anything the probe does."""
+    stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
+    spec_path, result_path, log_path = (workdir / f"{stem}{ext}" for ext in (".spec.json", ".json", ".log"))
+    spec_path.write_text(spec.model_dump_json())
+    result_path.unlink(missing_ok=True)
+    cache = Path(tempfile.mkdtemp(prefix=f"perfcheck-{stem}-"))
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
+        "PYTHONSAFEPATH": "1",
+        # A fresh compiler cache per probe keeps "cold compile" cold and the sides independent.
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+    }
+    start = time.monotonic()
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [python, "-m", "perfcheck.runner.worker", str(spec_path), str(result_path)],
+            cwd=spec.tree,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # so a timeout can kill the whole group, grandchildren too
+        )
+        try:
+            code = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return _failed(
+                spec,
+                "timeout",
+                f"no result after {timeout_s:g} s; the process was killed",
+                time.monotonic() - start,
+            )
+    duration = time.monotonic() - start
+    tail = _log_tail(log_path)
+    if code < 0:
+        return _failed(
+            spec, "crashed", f"the probe process died of {_signal_name(code)}\n{tail}".strip(), duration
+        )
+    if code != 0 or not result_path.exists():
+        return _failed(
+            spec, "crashed", f"the probe process exited with code {code}\n{tail}".strip(), duration
+        )
+    try:
+        result = load_model(ProbeResult, result_path.read_bytes(), str(result_path))
+    except ContractError as err:
+        return _failed(spec, "crashed", f"the probe wrote an invalid result: {err}", duration)
+    if (result.side, result.workload, result.probe) != (spec.side, spec.workload.name, spec.probe):
+        return _failed(spec, "crashed", "the probe wrote a result for another probe", duration)
+    return result
+
+
+def _outcome(result: ProbeResult) -> str:
+    return (
+        result.status
+        if result.status == "ok"
+        else f"{result.status}: {(result.message or '').splitlines()[0]}"
+    )
+
+
+def run_review(
+    run: ReviewRun, progress_factory: Callable[[int], Progress] = Progress
+) -> list[WorkloadReview]:
+    workdir = run.out_dir / "probes"
+    workdir.mkdir(parents=True, exist_ok=True)
+    plan = [
+        (wl, probe, side)
+        for wl in run.workloads
+        for probe in run.probes
+        if wl.probes is None or probe in wl.probes
+        for side in (run.base, run.head)  # interleaved, so drift over the run hits both sides
+    ]
+    progress = progress_factory(len(plan))
+    results: dict[str, WorkloadReview] = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
+    for wl, probe, side in plan:
+        spec = ProbeSpec(
+            probe=probe,
+            side=side.side,
+            tree=str(side.tree.resolve()),
+            device=run.device,  # type: ignore[arg-type]
+            workload=wl,
+            compile=run.config.compile,
+            export=run.config.export,
+        )
+        progress.start(f"{side.side} · {wl.name} · {probe}")
+        result = run_probe(spec, side.python, wl.timeout_s, workdir)
+        progress.finish(_outcome(result))
+        review = results[wl.name]
+        field_name = "base" if side.side == "base" else "head"
+        results[wl.name] = review.model_copy(update={field_name: [*getattr(review, field_name), result]})
+    return list(results.values())

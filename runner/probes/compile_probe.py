@@ -1,0 +1,147 @@
+"""The compile probe: graph count, graph breaks with their source lines, recompiles, cold compile.
+
+Two passes over a freshly built model each. The timed pass goes first, so the cold compile
+really is cold in this process: ``torch.compile`` with the configured backend, one step, then
+repeated calls and a second batch size to provoke recompiles. Then ``torch._dynamo.explain``
+gives the graph breaks with Dynamo's own user stacks; breaks are a Dynamo decision and do not
+depend on the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters, guard_failures
+
+from perfcheck.runner import step as steps
+from perfcheck.runner.locate import innermost_user_frame, to_location
+from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.schema import CompileMetrics, GraphBreak, Recompile, SourceLocation
+from perfcheck.spec import ProbeSpec
+
+_GUARD_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
+
+
+def break_type(reason: str) -> str:
+    """Dynamo's one-line break type: the first line of its reason in torch >= 2.7."""
+    first = reason.strip().splitlines()[0] if reason.strip() else "unknown"
+    return first.strip()
+
+
+def _compiled_frames() -> int:
+    return int(counters["frames"]["ok"])
+
+
+def _recompile_reasons() -> list[Recompile]:
+    out: list[Recompile] = []
+    seen: set[tuple[str, str]] = set()
+    for code, reasons in guard_failures.items():
+        for reason in reasons:
+            # Each entry is "<frame>/<cache entry>: <failed guard>  # <source> (HINT ...)\nUser stack...";
+            # keep the guard and its source comment, drop the cache-entry index and the stack.
+            text = _GUARD_PREFIX.sub("", str(reason).split("\nUser stack trace:")[0]).strip()
+            text = re.sub(r"\s{2,}#", "  #", text)
+            key = (code.co_name, text)
+            if key not in seen:
+                seen.add(key)
+                out.append(Recompile(function=code.co_name, reason=text))
+    return out
+
+
+def _compile_breakdown() -> dict[str, float]:
+    spent = torch._dynamo.utils.calculate_time_spent()
+    total = spent.get("entire_frame_compile", 0.0)
+    backend = spent.get("backend_compile", 0.0)
+    inductor = spent.get("inductor_compile", 0.0)
+    out = {"dynamo": max(total - backend, 0.0), "aot_autograd": max(backend - inductor, 0.0)}
+    if inductor:
+        out["inductor"] = inductor
+    out["total"] = total
+    return {k: round(v, 4) for k, v in out.items()}
+
+
+def _graph_breaks(explained: Any, tree: Path) -> list[GraphBreak]:
+    grouped: Counter[tuple[str, str, SourceLocation | None]] = Counter()
+    for reason in explained.break_reasons:
+        frame = innermost_user_frame(reason.user_stack, tree) or (
+            reason.user_stack[-1] if reason.user_stack else None
+        )
+        location = to_location(frame, tree) if frame is not None else None
+        grouped[(break_type(reason.reason), reason.reason.strip(), location)] += 1
+    return [
+        GraphBreak(break_type=kind, reason=text, location=loc, count=n)
+        for (kind, text, loc), n in grouped.items()
+    ]
+
+
+class CompileProbe:
+    name = "compile"
+
+    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
+        wl = spec.workload
+        tree = Path(spec.tree)
+        cfg = spec.compile
+
+        torch._dynamo.reset()
+        counters.clear()
+        guard_failures.clear()
+        built = build()
+        model = steps.prepare(built.model, wl.train)
+        compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
+        step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
+
+        start = time.perf_counter()
+        step(*built.inputs)
+        steps.synchronize(spec.device)
+        cold = time.perf_counter() - start
+        breakdown = _compile_breakdown()
+        first_frames = _compiled_frames()
+
+        batch = next((t.shape[0] for t in built.inputs if isinstance(t, torch.Tensor) and t.dim()), 1)
+        # Same inputs again must hit the cache; another batch size shows shape specialisation.
+        for inputs in (
+            built.inputs,
+            built.inputs,
+            steps.resize_batch(built.inputs, max(1, batch // 2)),
+            built.inputs,
+        ):
+            step(*inputs)
+        steps.synchronize(spec.device)
+        recompiles = _recompile_reasons()
+        recompile_count = _compiled_frames() - first_frames
+
+        torch._dynamo.reset()
+        fresh = build()
+        fresh_model = steps.prepare(fresh.model, wl.train)
+        with (
+            steps.autocast(wl.amp, spec.device),
+            torch.no_grad() if not wl.train else contextlib.nullcontext(),
+        ):
+            explained = torch._dynamo.explain(fresh_model)(*fresh.inputs)
+        torch._dynamo.reset()
+
+        metrics = CompileMetrics(
+            backend=cfg.backend,
+            graph_count=explained.graph_count,
+            graph_break_count=explained.graph_break_count,
+            graph_breaks=_graph_breaks(explained, tree),
+            recompile_count=recompile_count,
+            recompiles=recompiles,
+            cold_compile_s=round(cold, 4),
+            compile_breakdown_s=breakdown,
+            op_count=explained.op_count,
+        )
+        return ProbeOutput(metrics={"compile": metrics})
+
+
+@register("compile")
+def _factory() -> CompileProbe:
+    return CompileProbe()

@@ -1,0 +1,56 @@
+"""One training or inference step of a workload, the unit every probe runs and times."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@contextlib.contextmanager
+def autocast(amp: str, device: str) -> Iterator[None]:
+    if amp == "none":
+        yield
+        return
+    with torch.autocast(device_type=device, dtype=_AMP_DTYPES[amp]):
+        yield
+
+
+def _loss(out: Any) -> torch.Tensor:
+    # A sum over every floating output is enough to drive backward through the whole graph.
+    tensors = [t for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    return sum(t.float().sum() for t in tensors if t.is_floating_point())  # type: ignore[return-value]
+
+
+def make_step(model: Callable[..., Any], train: bool, amp: str, device: str) -> Callable[..., Any]:
+    """A step over ``model`` (eager or compiled): forward, and for training backward too."""
+
+    def infer(*inputs: Any) -> Any:
+        with torch.no_grad(), autocast(amp, device):
+            return model(*inputs)
+
+    def train_step(*inputs: Any) -> Any:
+        with autocast(amp, device):
+            out = model(*inputs)
+        _loss(out).backward()
+        return out
+
+    return train_step if train else infer
+
+
+def prepare(model: torch.nn.Module, train: bool) -> torch.nn.Module:
+    return model.train() if train else model.eval()
+
+
+def resize_batch(inputs: tuple[Any, ...], batch: int) -> tuple[Any, ...]:
+    """The inputs cut to ``batch`` rows along dim 0, for the recompilation check."""
+    return tuple(t[:batch] if isinstance(t, torch.Tensor) and t.dim() > 0 else t for t in inputs)
+
+
+def synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()

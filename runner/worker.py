@@ -1,0 +1,86 @@
+"""The process one probe runs in: ``python -m perfcheck.runner.worker SPEC.json RESULT.json``.
+
+It imports the side's code, runs one probe and writes one ProbeResult. Anything the workload
+or the probe raises becomes a ``crashed`` result with a readable message; a death by signal or
+a hang is seen by the orchestrator, which owns the timeout.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+from perfcheck.runner.fingerprint import environment
+from perfcheck.runner.loader import WorkloadError, load_build
+from perfcheck.runner.locate import exception_location
+from perfcheck.runner.probes.base import Workload, get_probe
+from perfcheck.schema import ProbeResult, load_model
+from perfcheck.spec import ProbeSpec
+
+
+class _BuildError(Exception):
+    """The workload's own code failed; wraps the cause so it is reported as the user's error."""
+
+
+def _builder(spec: ProbeSpec) -> Workload:
+    tree = Path(spec.tree)
+    build = load_build(spec.workload.entry, tree)
+    try:
+        built = build(spec.device)
+        model, inputs = built
+    except (Exception, SystemExit) as err:
+        raise _BuildError(err) from err
+    if not isinstance(inputs, tuple):
+        inputs = (inputs,)
+    return Workload(name=spec.workload.name, model=model, inputs=inputs)
+
+
+def _describe(err: BaseException, tree: Path, workload: str) -> str:
+    cause = err.__cause__ if isinstance(err, _BuildError) and err.__cause__ else err
+    where = exception_location(cause, tree)
+    at = f" (at {where.path}:{where.line})" if where is not None else ""
+    text = str(cause).strip().splitlines()
+    first = text[0] if text else ""
+    if isinstance(err, WorkloadError):
+        return f"{first}{at}"
+    if isinstance(err, _BuildError):
+        return f"workload {workload!r} raised {type(cause).__name__}: {first}{at}"
+    if isinstance(err, ImportError | SyntaxError):
+        return f"cannot import the workload: {type(cause).__name__}: {first}{at}"
+    return f"{type(cause).__name__}: {first}{at}"
+
+
+def run(spec: ProbeSpec) -> ProbeResult:
+    start = time.perf_counter()
+    tree = Path(spec.tree)
+    try:
+        output = get_probe(spec.probe).run(spec, lambda: _builder(spec))
+        status, message, metrics = output.status, output.message, output.metrics or {}
+    except (Exception, SystemExit) as err:  # the crash is the finding; the review goes on
+        status, message, metrics = "crashed", _describe(err, tree, spec.workload.name), {}
+    return ProbeResult(
+        probe=spec.probe,
+        workload=spec.workload.name,
+        side=spec.side,
+        status=status,  # type: ignore[arg-type]
+        duration_s=round(time.perf_counter() - start, 3),
+        message=message,
+        environment=environment(spec.device),
+        **metrics,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m perfcheck.runner.worker SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    spec = load_model(ProbeSpec, Path(args[0]).read_bytes(), args[0])
+    result = run(spec)
+    Path(args[1]).write_text(result.model_dump_json(indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

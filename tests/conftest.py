@@ -1,0 +1,90 @@
+"""Shared helpers: small base/head trees written by the tests themselves, and a review runner."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from perfcheck.config import Config, parse_config
+from perfcheck.review import ReviewRequest, run
+from perfcheck.schema import Review
+
+REPO = Path(__file__).resolve().parent.parent
+DEMO = REPO / "examples" / "demo"
+
+# A tiny classifier; tests splice one line of "the PR's change" into forward.
+MODEL = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.fc2 = nn.Linear(32, 4)
+        self.calls = 0
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        {change}
+        return self.fc2(h)
+
+
+def build(device):
+    gen = torch.Generator().manual_seed(0)
+    return Net().to(device), (torch.randn(8, 16, generator=gen).to(device),)
+"""
+
+FAST_CONFIG = """
+workloads:
+  - name: net
+    entry: model.py:build
+    timeout_s: {timeout}
+compile:
+  backend: aot_eager
+{extra}
+"""
+
+
+def write_tree(root: Path, files: dict[str, str]) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    for name, body in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(body))
+    return root
+
+
+def model_tree(root: Path, change: str = "pass") -> Path:
+    return write_tree(root, {"model.py": MODEL.replace("{change}", change)})
+
+
+def fast_config(extra: str = "", timeout: float = 300) -> Config:
+    return parse_config(FAST_CONFIG.format(extra=extra, timeout=timeout), "test-config.yml")
+
+
+ReviewFn = Callable[..., Review]
+
+
+@pytest.fixture
+def review(tmp_path: Path) -> ReviewFn:
+    """Run a real review (real subprocesses, real torch) and return the validated result."""
+
+    def _review(base: Path, head: Path, config: Config | None = None, probes: tuple[str, ...] = ()) -> Review:
+        result, comment = run(
+            ReviewRequest(
+                base=base,
+                head=head,
+                config=config or fast_config(),
+                out_dir=tmp_path / "out",
+                probes=probes,
+            )
+        )
+        assert comment.startswith("<!-- perfcheck:review -->")
+        return result
+
+    return _review

@@ -1,0 +1,121 @@
+"""The command line as a user meets it: help, exit codes, and bad input without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import DEMO, model_tree, write_tree
+
+from perfcheck.cli import build_parser, main
+
+SUBCOMMANDS = ["review", "schema", "render"]
+
+
+def perfcheck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "perfcheck", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("command", [[], *[[c] for c in SUBCOMMANDS]])
+def test_every_command_has_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    assert "usage: perfcheck" in capsys.readouterr().out
+
+
+def test_subcommands_are_all_listed() -> None:
+    listed = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert sorted(listed) == sorted(SUBCOMMANDS)
+
+
+def test_schema_prints_the_result_json_schema() -> None:
+    done = perfcheck("schema")
+    assert done.returncode == 0
+    schema = json.loads(done.stdout)
+    assert schema["title"] == "Review"
+    assert "schema_version" in schema["properties"]
+
+
+def test_missing_tree_is_bad_input(tmp_path: Path) -> None:
+    done = perfcheck(
+        "review",
+        "--base",
+        str(tmp_path / "nope"),
+        "--head",
+        str(DEMO / "head"),
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 2
+    assert "--base" in done.stderr and "not a directory" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_config_names_file_key_and_expectation(tmp_path: Path) -> None:
+    tree = model_tree(tmp_path / "tree")
+    (tree / "perfcheck.yml").write_text(
+        "workloads:\n  - name: net\n    entry: model.py:build\n    train: maybe\n"
+    )
+    done = perfcheck("review", "--base", str(tree), "--head", str(tree), "--out", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert str(tree / "perfcheck.yml") in done.stderr
+    assert "workloads[0].train" in done.stderr and "boolean" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_unknown_workload_name_is_bad_input(tmp_path: Path) -> None:
+    done = perfcheck(
+        "review",
+        "--base",
+        str(DEMO / "base"),
+        "--head",
+        str(DEMO / "head"),
+        "--workloads",
+        "nope",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 2
+    assert "unknown workload" in done.stderr and "classifier" in done.stderr
+
+
+def test_review_exit_code_and_outputs(tmp_path: Path) -> None:
+    tree = write_tree(
+        model_tree(tmp_path / "tree"),
+        {
+            "perfcheck.yml": (
+                "workloads:\n  - name: net\n    entry: model.py:build\ncompile:\n  backend: aot_eager\n"
+            )
+        },
+    )
+    out = tmp_path / "out"
+    done = perfcheck(
+        "review", "--base", str(tree), "--head", str(tree), "--out", str(out), "--probes", "export"
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("<!-- perfcheck:review -->")
+    assert (out / "comment.md").read_text() == done.stdout.rstrip("\n") + "\n"
+    # progress in a log: one line per finished probe with its time
+    assert "[1/2] base · net · export: ok (" in done.stderr
+    assert "[2/2] head · net · export: ok (" in done.stderr
+    rendered = perfcheck("render", str(out / "result.json"))
+    assert rendered.returncode == 0 and rendered.stdout == done.stdout
+
+
+def test_render_rejects_a_result_that_does_not_validate(tmp_path: Path) -> None:
+    bad = tmp_path / "result.json"
+    bad.write_text(json.dumps({"schema_version": 1, "verdict": "maybe"}))
+    done = perfcheck("render", str(bad))
+    assert done.returncode == 2
+    assert "verdict" in done.stderr and "not a valid perfcheck document" in done.stderr

@@ -1,0 +1,168 @@
+"""The comparison rules, over hand-made probe results: pure functions, no torch."""
+
+from __future__ import annotations
+
+from perfcheck.bot.compare import compare, normalize_guard
+from perfcheck.config import Config, parse_config
+from perfcheck.schema import (
+    CompileMetrics,
+    ExportMetrics,
+    GraphBreak,
+    ProbeResult,
+    Recompile,
+    SourceLocation,
+    WorkloadReview,
+)
+
+
+def compile_result(
+    side: str,
+    breaks: list[GraphBreak] = (),
+    recompiles: list[Recompile] = (),  # type: ignore[assignment]
+    status: str = "ok",
+) -> ProbeResult:
+    metrics = CompileMetrics(
+        backend="eager",
+        graph_count=len(breaks) + 1,
+        graph_break_count=len(breaks),
+        graph_breaks=list(breaks),
+        recompile_count=len(recompiles),
+        recompiles=list(recompiles),
+        cold_compile_s=1.0,
+    )
+    return ProbeResult(
+        probe="compile",
+        workload="w",
+        side=side,
+        status=status,
+        duration_s=1.0,  # type: ignore[arg-type]
+        compile=metrics if status == "ok" else None,
+        message=None if status == "ok" else "boom",
+    )
+
+
+def brk(line: int, code: str = "x.item()", kind: str = "Unsupported Tensor.item() call") -> GraphBreak:
+    return GraphBreak(
+        break_type=kind, reason=kind, location=SourceLocation(path="m.py", line=line, code=code)
+    )
+
+
+def review(base: ProbeResult, head: ProbeResult, config: Config | None = None):
+    return compare([WorkloadReview(name="w", base=[base], head=[head])], config or Config())
+
+
+def test_identical_results_pass_with_no_findings() -> None:
+    result = review(compile_result("base", [brk(3)]), compile_result("head", [brk(3)]))
+    assert result.findings == [] and result.verdict == "pass"
+
+
+def test_a_break_that_moved_lines_is_the_same_break() -> None:
+    result = review(compile_result("base", [brk(3)]), compile_result("head", [brk(9)]))
+    assert result.findings == []
+
+
+def test_a_second_break_of_the_same_kind_elsewhere_is_new() -> None:
+    result = review(compile_result("base", [brk(3)]), compile_result("head", [brk(3), brk(9, "y.item()")]))
+    [f] = result.findings
+    assert f.category == "graph_break_added" and f.location is not None and f.location.line == 9
+    assert result.verdict == "fail"
+
+
+def test_the_budget_turns_new_breaks_into_warnings() -> None:
+    config = parse_config("budgets: {max_new_graph_breaks: 2}", "c.yml")
+    result = review(compile_result("base"), compile_result("head", [brk(3), brk(4, "z.item()")]), config)
+    assert {f.severity for f in result.findings} == {"warning"} and result.verdict == "pass"
+    config = parse_config("budgets: {max_new_graph_breaks: 1}", "c.yml")
+    result = review(compile_result("base"), compile_result("head", [brk(3), brk(4, "z.item()")]), config)
+    assert {f.severity for f in result.findings} == {"error"}
+
+
+def test_removed_breaks_are_good_news() -> None:
+    result = review(compile_result("base", [brk(3)]), compile_result("head"))
+    [f] = result.findings
+    assert (f.category, f.severity, result.verdict) == ("graph_break_removed", "info", "pass")
+
+
+def test_recompile_reasons_compare_by_cause_not_by_value() -> None:
+    size = "tensor 'x' size mismatch at index 0. expected 32, actual 16"
+    resumed = Recompile(
+        function="torch_dynamo_resume_in_forward_at_17",
+        reason="tensor 'h' size mismatch at index 0. expected 32, actual 16",
+    )
+    result = review(
+        compile_result("base", recompiles=[Recompile(function="forward", reason=size)]),
+        compile_result("head", recompiles=[Recompile(function="forward", reason=size), resumed]),
+    )
+    assert result.findings == []
+    counter = Recompile(function="forward", reason="self.calls == 1  # self.calls += 1  # m.py:9 in forward")
+    result = review(compile_result("base"), compile_result("head", recompiles=[counter]))
+    [f] = result.findings
+    assert f.category == "recompile" and "self.calls" in f.message
+
+
+def test_normalize_guard_blanks_values() -> None:
+    assert (
+        normalize_guard("tensor 'x' size mismatch at index 0. expected 32, actual 16")
+        == "tensor '…' size mismatch at index N. expected N, actual N"
+    )
+
+
+def test_head_crash_fails_and_base_crash_is_inconclusive() -> None:
+    result = review(compile_result("base"), compile_result("head", status="crashed"))
+    assert [(f.category, f.severity) for f in result.findings] == [("probe_crashed", "error")]
+    assert result.verdict == "fail"
+    result = review(compile_result("base", status="timeout"), compile_result("head"))
+    assert [(f.category, f.severity) for f in result.findings] == [("probe_timeout", "warning")]
+    assert result.verdict == "inconclusive"
+    result = review(compile_result("base", status="crashed"), compile_result("head", status="crashed"))
+    assert [(f.category, f.severity) for f in result.findings] == [("probe_crashed", "warning")]
+
+
+def export_result(
+    side: str,
+    text: str | None,
+    ops: dict[str, int],
+    denied: list[str] = (),  # type: ignore[assignment]
+    error: str | None = None,
+) -> ProbeResult:
+    metrics = ExportMetrics(
+        graph_sha256=None if text is None else str(hash(text)),
+        graph_text=text,
+        op_counts=ops,
+        denied_ops=list(denied),
+        error_type=error,
+    )
+    return ProbeResult(
+        probe="export",
+        workload="w",
+        side=side,
+        status="failed" if error else "ok",  # type: ignore[arg-type]
+        duration_s=1.0,
+        export=metrics,
+    )
+
+
+def test_ir_change_carries_the_op_diff_and_a_unified_diff() -> None:
+    base = export_result("base", "a\nrelu\nb\n", {"aten.relu.default": 1})
+    head = export_result("head", "a\ngelu\nb\n", {"aten.gelu.default": 1})
+    [f] = review(base, head).findings
+    assert f.category == "export_ir_changed"
+    assert f.evidence["op_diff"] == {"aten.gelu.default": [0, 1], "aten.relu.default": [1, 0]}
+    assert "-relu" in f.evidence["diff"] and "+gelu" in f.evidence["diff"]
+
+
+def test_denied_ops_already_on_base_only_warn() -> None:
+    base = export_result("base", "g", {"aten.x.default": 1}, denied=["aten.x.default"])
+    head = export_result("head", "g", {"aten.x.default": 1}, denied=["aten.x.default"])
+    [f] = review(base, head).findings
+    assert (f.category, f.severity) == ("export_op_denied", "warning")
+
+
+def test_export_failing_on_both_sides_is_a_warning_on_head_only_an_error() -> None:
+    ok = export_result("base", "g", {})
+    fails = export_result("head", None, {}, error="UserError")
+    assert [(f.category, f.severity) for f in review(ok, fails).findings] == [("export_failed", "error")]
+    base_fails = export_result("base", None, {}, error="UserError")
+    assert [(f.category, f.severity) for f in review(base_fails, fails).findings] == [
+        ("export_failed", "warning")
+    ]

@@ -1,0 +1,89 @@
+"""perfcheck.yml: defaults, lookup, and errors that name the file, the key and the expectation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfcheck.config import Config, ConfigError, load_config, parse_config
+
+
+def test_defaults_run_the_builtin_tiny_mlp() -> None:
+    config = Config()
+    assert [(w.name, w.entry) for w in config.workloads] == [("mlp-tiny", "mlp-tiny")]
+    assert config.budgets.max_new_graph_breaks == 0
+    assert config.budgets.max_throughput_regression_pct == 2.3
+    assert config.budgets.max_peak_memory_growth_mb == 112
+    assert config.compile.backend == "inductor"
+
+
+def test_full_config_parses() -> None:
+    config = parse_config(
+        """
+workloads:
+  - {name: resnet, entry: models/resnet.py:build, train: true, amp: bf16, probes: [compile]}
+  - {name: llama, entry: mypkg.models:llama}
+export: {allow_ops: [aten.addmm.default], deny_ops: [aten.native_dropout.default]}
+budgets: {max_new_graph_breaks: 1, compile_latency_s: {resnet: 60}}
+paths: ["torch/_dynamo/**", "models/**/*.py"]
+""",
+        "perfcheck.yml",
+    )
+    assert config.workloads[0].amp == "bf16" and config.workloads[0].train
+    assert config.budgets.compile_latency_s == {"resnet": 60}
+    assert config.export.deny_ops == ["aten.native_dropout.default"]
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "workloads:\n  - {name: a, entry: m.py:build, train: maybe}",
+            "workloads[0].train: expected a valid boolean",
+        ),
+        ("workloads:\n  - {name: a, entry: m.py:build, amp: fp8}", "workloads[0].amp: expected"),
+        ("workloads:\n  - {name: a}", "workloads[0].entry: expected"),
+        (
+            "workloads:\n  - {name: a, entry: m.py:build, probes: [speed]}",
+            "workloads[0].probes: expected probe names",
+        ),
+        ("workloads:\n  - {name: a, entry: 'm.py:'}", "workloads[0].entry: expected"),
+        ("workloads: []", "workloads: expected at least one workload"),
+        ("export: {deny_ops: [native dropout]}", "export.deny_ops: expected op names like"),
+        ("budgets: {max_new_graph_breaks: -1}", "budgets.max_new_graph_breaks: expected"),
+        ("budget: {}", "budget: unknown key"),
+        ("- just\n- a list", "(top level): expected a mapping"),
+        ("workloads: [unclosed", "not valid YAML"),
+    ],
+)
+def test_errors_name_file_key_and_expectation(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(text, "repo/perfcheck.yml")
+    message = str(err.value)
+    assert message.startswith("repo/perfcheck.yml:")
+    assert expected in message
+
+
+def test_duplicate_workload_names_are_rejected() -> None:
+    with pytest.raises(ConfigError, match="'a' appears twice"):
+        parse_config("workloads:\n  - {name: a, entry: x.py:b}\n  - {name: a, entry: y.py:b}", "f.yml")
+
+
+def test_lookup_prefers_repo_root_then_dot_github(tmp_path: Path) -> None:
+    (tmp_path / ".github").mkdir()
+    (tmp_path / ".github" / "perfcheck.yml").write_text("workloads:\n  - {name: gh, entry: mlp}\n")
+    assert load_config(None, tmp_path).workloads[0].name == "gh"
+    (tmp_path / "perfcheck.yml").write_text("workloads:\n  - {name: root, entry: mlp}\n")
+    assert load_config(None, tmp_path).workloads[0].name == "root"
+    assert load_config(None, tmp_path).source == str(tmp_path / "perfcheck.yml")
+
+
+def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "nope.yml", None)
+
+
+def test_empty_file_means_defaults(tmp_path: Path) -> None:
+    (tmp_path / "perfcheck.yml").write_text("# nothing yet\n")
+    assert load_config(None, tmp_path).workloads[0].name == "mlp-tiny"

@@ -1,0 +1,22 @@
+"""The default backend, end to end: the demo through inductor (slow on a CPU, so only once)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import DEMO, ReviewFn
+
+from perfcheck.config import load_config
+
+
+@pytest.mark.inductor
+def test_demo_with_inductor_reports_the_break_and_the_compile_split(review: ReviewFn) -> None:
+    config = load_config(None, DEMO / "base")
+    assert config.compile.backend == "inductor"
+    result = review(DEMO / "base", DEMO / "head", config=config, probes=("compile",))
+    [gb] = [f for f in result.findings if f.category == "graph_break_added"]
+    assert gb.location is not None and (gb.location.path, gb.location.line) == ("model.py", 17)
+    head = result.workloads[0].head[0].compile
+    assert head is not None and head.backend == "inductor"
+    assert head.graph_count == 2 and head.graph_break_count == 1
+    assert head.compile_breakdown_s["inductor"] > 0
+    assert head.cold_compile_s >= head.compile_breakdown_s["inductor"]

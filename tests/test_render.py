@@ -1,0 +1,96 @@
+"""The rendered comment: a golden file for the recorded demo review, and hostile text made inert."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from perfcheck.bot.render import MARKER, render_comment
+from perfcheck.schema import Finding, GraphBreak, Review, SourceLocation, load_review
+
+DATA = Path(__file__).parent / "data"
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_demo_comment_matches_golden() -> None:
+    # tests/data/README.md says how demo-result.json was recorded; set PERFCHECK_UPDATE_GOLDEN=1
+    # to rewrite the golden file after an intended template change, then read the diff.
+    rendered = render_comment(load_review(DATA / "demo-result.json"))
+    golden = GOLDEN / "demo-comment.md"
+    if os.environ.get("PERFCHECK_UPDATE_GOLDEN"):
+        golden.write_text(rendered)
+    assert rendered == golden.read_text()
+
+
+def test_verdict_comes_first() -> None:
+    rendered = render_comment(load_review(DATA / "demo-result.json"))
+    first, title = rendered.splitlines()[:2]
+    assert first == MARKER
+    assert title.startswith("### perfcheck ❌ 2 regressions")
+
+
+HOSTILE = "@org/team <script>alert(1)</script> ``` [x](javascript:alert(1))"
+
+
+def test_hostile_probe_output_renders_inert() -> None:
+    review = load_review(DATA / "demo-result.json")
+    location = SourceLocation(path="m.py", line=1, function="forward", code=HOSTILE)
+    finding = Finding(
+        category="graph_break_added",
+        severity="error",
+        workload="w",
+        probe="compile",
+        message=HOSTILE,
+        location=location,
+        evidence={"break_type": HOSTILE, "reason": HOSTILE + "\n```\n@evil"},
+    )
+    rendered = render_comment(review.model_copy(update={"findings": [finding]}))
+    # Inside code blocks and spans GitHub shows text literally and notifies nobody; outside them
+    # nothing may stay raw.
+    prose = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1\s*$", "", rendered)
+    prose = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", prose)
+    assert "<script>" not in prose
+    assert "@org" not in prose.replace("@<!-- -->", "@ ")
+    assert not re.search(r"(?<!\\)\]\(javascript", prose)  # an escaped bracket opens no link
+    # every fence that opens also closes, so nothing after the reason is swallowed
+    assert not [ln for ln in prose.splitlines() if ln.startswith("```")]
+    assert rendered.rstrip().splitlines()[-1].startswith("Environment:")
+
+
+def test_a_pass_without_findings_says_so() -> None:
+    review = load_review(DATA / "demo-result.json")
+    quiet = review.model_copy(update={"findings": [], "verdict": "pass", "summary": "no regressions"})
+    rendered = render_comment(quiet)
+    assert "### perfcheck ✅ no regressions" in rendered
+    assert "No findings" in rendered
+
+
+def test_a_huge_review_is_capped_at_github_limit() -> None:
+    review = load_review(DATA / "demo-result.json")
+    gb = GraphBreak(break_type="x", reason="y" * 3000)
+    many = [
+        Finding(
+            category="graph_break_added",
+            severity="error",
+            workload="w",
+            probe="compile",
+            message=f"break {i}",
+            evidence={"break_type": "x", "reason": gb.reason},
+        )
+        for i in range(100)
+    ]
+    rendered = render_comment(review.model_copy(update={"findings": many}))
+    assert len(rendered) <= 65536
+    assert "result.json" in rendered.splitlines()[-1]
+
+
+def test_custom_template_folder_overrides(tmp_path: Path) -> None:
+    (tmp_path / "comment.md.j2").write_text("{{ marker }}\ncustom: {{ review.verdict }} {{ headline }}\n")
+    rendered = render_comment(load_review(DATA / "demo-result.json"), tmp_path)
+    assert rendered == f"{MARKER}\ncustom: fail 2 regressions\n"
+
+
+def test_review_roundtrips(tmp_path: Path) -> None:
+    review = load_review(DATA / "demo-result.json")
+    assert Review.model_validate_json(review.model_dump_json()) == review
