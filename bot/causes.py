@@ -17,6 +17,11 @@ _BY_CATEGORY = {
     "unsupported Python construct.",
     "probe_crashed": "the probe process raised or died: an error in the workload, OOM or a segfault.",
     "probe_timeout": "the probe did not finish in time: a hang, a deadlock or a far slower compile.",
+    "throughput_regression": "more or slower kernels per step: look for new graph breaks, recompiles or an "
+    "exported-IR change in this review, then diff the profiler traces.",
+    "memory_regression": "lost fusion, more saved activations, or dtype promotion.",
+    "compile_latency_regression": "more graphs, more recompiles, autotuning, or larger graphs.",
+    "environment_mismatch": "the two sides ran on different machines or drivers; rerun both on one runner.",
 }
 
 _BY_BREAK_TYPE = (

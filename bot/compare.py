@@ -11,13 +11,16 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
+from perfcheck.bot.stats import budget_verdict, paired_ratio, significant_slowdown
 from perfcheck.config import Config
 from perfcheck.schema import (
     CompileMetrics,
+    Environment,
     ExportMetrics,
     Finding,
     GraphBreak,
     ProbeResult,
+    TimingChange,
     Verdict,
     WorkloadReview,
 )
@@ -30,6 +33,7 @@ class Comparison:
     findings: list[Finding]
     # Why the verdict could not be decided either way (a side that could not be probed, ...).
     inconclusive: list[str] = field(default_factory=list)
+    timing_changes: dict[str, TimingChange] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:
@@ -52,8 +56,10 @@ def _resume_base(function: str) -> str:
 
 
 def normalize_guard(reason: str) -> str:
-    """A recompile reason with its values blanked, so the same cause compares equal."""
-    text = re.sub(r"'[^']*'", "'…'", reason)
+    """A recompile reason with its values and file locations blanked, so the same cause compares
+    equal: base and head live in different trees, and a PR may move the line."""
+    text = re.sub(r"\S*\.py:\d+", "<file>", reason)
+    text = re.sub(r"'[^']*'", "'…'", text)
     return re.sub(r"\d+", "N", text)
 
 
@@ -71,6 +77,8 @@ def _status_findings(
         if side == "head":
             severity = "warning" if both else "error"
             message = f"{what} (it does on base too)" if both else what
+            if both:
+                inconclusive.append(f"{wl}/{probe}: neither side could be probed")
         else:
             if both:
                 continue  # already reported from the head side
@@ -222,11 +230,149 @@ def _export_findings(wl: str, base: ProbeResult, head: ProbeResult) -> list[Find
     return out
 
 
+# What must match before two timings are comparable. Software versions may differ on purpose
+# (--base-python / --head-python compare two torch builds); the environment line shows them.
+HARDWARE_FIELDS = ("gpu_name", "gpu_count", "driver", "cpu", "platform")
+
+
+def hardware_differences(base: Environment | None, head: Environment | None) -> dict[str, list[object]]:
+    if base is None or head is None:
+        return {}
+    return {
+        f: [getattr(base, f), getattr(head, f)]
+        for f in HARDWARE_FIELDS
+        if getattr(base, f) != getattr(head, f)
+    }
+
+
+def _pct(x: float) -> str:
+    return f"{x:+.1f} %"
+
+
+def _timing_findings(
+    wl: str,
+    base: ProbeResult,
+    head: ProbeResult,
+    config: Config,
+    inconclusive: list[str],
+    changes: dict[str, TimingChange],
+) -> list[Finding]:
+    b, h = base.timing, head.timing
+    if b is None or h is None:
+        return []
+    out: list[Finding] = []
+    differences = hardware_differences(base.environment, head.environment)
+    if differences:
+        inconclusive.append(f"{wl}/timing: base and head ran on different hardware")
+        return [
+            Finding(
+                category="environment_mismatch",
+                severity="warning",
+                workload=wl,
+                probe="timing",
+                message="base and head ran on different hardware, so their timings are not compared: "
+                + ", ".join(f"{k} {v[0]} vs {v[1]}" for k, v in differences.items()),
+                evidence={"differences": differences},
+            )
+        ]
+    if len(b.samples_ms) != len(h.samples_ms) or len(b.samples_ms) < 2:
+        inconclusive.append(f"{wl}/timing: the two sides do not have matching rounds")
+        return []
+    budget = config.budgets.max_throughput_regression_pct
+    est = paired_ratio(b.samples_ms, h.samples_ms, config.timing.confidence)
+    verdict = budget_verdict(est, budget)
+    changes[wl] = TimingChange(
+        ratio=est.ratio,
+        ratio_low=est.ratio_low,
+        ratio_high=est.ratio_high,
+        confidence=est.confidence,
+        p_value=est.p_value,
+        rounds=est.n,
+        budget_pct=budget,
+        verdict=verdict,
+    )
+    interval = f"{_pct(est.change_pct)} ({est.confidence:.0%} CI {_pct(est.low_pct)} … {_pct(est.high_pct)})"
+    evidence = {
+        "base_ms": est.base_median,
+        "head_ms": est.head_median,
+        "ratio": est.ratio,
+        "ratio_ci": [est.ratio_low, est.ratio_high],
+        "p_value": est.p_value,
+        "rounds": est.n,
+        "budget_pct": budget,
+        "verdict": verdict,
+    }
+    if verdict == "inconclusive":
+        inconclusive.append(
+            f"{wl}: step time {interval} straddles the {budget:g} % budget after {est.n} rounds"
+        )
+    if verdict == "fail" or significant_slowdown(est, config.timing.alpha):
+        within = {"fail": "beyond", "pass": "within", "inconclusive": "not clearly within"}[verdict]
+        out.append(
+            Finding(
+                category="throughput_regression",
+                severity="error" if verdict == "fail" else "warning",
+                workload=wl,
+                probe="timing",
+                message=f"step time {est.base_median:.3f} → {est.head_median:.3f} ms, {interval}, "
+                f"{within} the {budget:g} % budget (p = {est.p_value:.2g}, {est.n} paired rounds)",
+                evidence=evidence,
+            )
+        )
+    if b.peak_memory_mb is not None and h.peak_memory_mb is not None and b.memory_kind == h.memory_kind:
+        growth = h.peak_memory_mb - b.peak_memory_mb
+        limit = config.budgets.max_peak_memory_growth_mb
+        if growth > limit:
+            out.append(
+                Finding(
+                    category="memory_regression",
+                    severity="error",
+                    workload=wl,
+                    probe="timing",
+                    message=f"peak memory {b.peak_memory_mb:.0f} → {h.peak_memory_mb:.0f} MB "
+                    f"(+{growth:.0f} MB, budget {limit:g} MB; {b.memory_kind})",
+                    evidence={
+                        "base_mb": b.peak_memory_mb,
+                        "head_mb": h.peak_memory_mb,
+                        "kind": b.memory_kind,
+                    },
+                )
+            )
+    return out
+
+
+def _compile_latency_findings(
+    wl: str, base: CompileMetrics, head: CompileMetrics, config: Config
+) -> list[Finding]:
+    limit = config.budgets.compile_latency_s.get(wl)
+    if limit is None or head.cold_compile_s <= limit:
+        return []
+    return [
+        Finding(
+            category="compile_latency_regression",
+            severity="error",
+            workload=wl,
+            probe="compile",
+            message=f"cold compile {base.cold_compile_s:.1f} → {head.cold_compile_s:.1f} s, over the "
+            f"{limit:g} s budget",
+            evidence={
+                "base_s": base.cold_compile_s,
+                "head_s": head.cold_compile_s,
+                "budget_s": limit,
+                "breakdown_base": base.compile_breakdown_s,
+                "breakdown_head": head.compile_breakdown_s,
+            },
+        )
+    ]
+
+
 def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
     return {r.probe: r for r in results}
 
 
-def compare_workload(wl: WorkloadReview, config: Config, inconclusive: list[str]) -> list[Finding]:
+def compare_workload(
+    wl: WorkloadReview, config: Config, inconclusive: list[str], changes: dict[str, TimingChange]
+) -> list[Finding]:
     base, head = _by_probe(wl.base), _by_probe(wl.head)
     findings: list[Finding] = []
     for probe in sorted(set(base) | set(head)):
@@ -236,6 +382,9 @@ def compare_workload(wl: WorkloadReview, config: Config, inconclusive: list[str]
             continue
         if probe == "compile" and b.compile and h.compile and b.status == h.status == "ok":
             findings += _compile_findings(wl.name, b.compile, h.compile, config)
+            findings += _compile_latency_findings(wl.name, b.compile, h.compile, config)
+        elif probe == "timing" and b.status == h.status == "ok":
+            findings += _timing_findings(wl.name, b, h, config, inconclusive, changes)
         elif probe == "export" and b.status in ("ok", "failed") and h.status in ("ok", "failed"):
             findings += _export_findings(wl.name, b, h)
     return findings
@@ -246,6 +395,7 @@ _ORDER = {"error": 0, "warning": 1, "info": 2}
 
 def compare(workloads: list[WorkloadReview], config: Config) -> Comparison:
     inconclusive: list[str] = []
-    findings = [f for wl in workloads for f in compare_workload(wl, config, inconclusive)]
+    changes: dict[str, TimingChange] = {}
+    findings = [f for wl in workloads for f in compare_workload(wl, config, inconclusive, changes)]
     findings.sort(key=lambda f: _ORDER[f.severity])
-    return Comparison(findings=findings, inconclusive=inconclusive)
+    return Comparison(findings=findings, inconclusive=inconclusive, timing_changes=changes)

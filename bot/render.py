@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import jinja2
 
 from perfcheck.bot import markdown
 from perfcheck.bot.causes import likely_cause
-from perfcheck.schema import Environment, ProbeResult, Review
+from perfcheck.schema import Environment, ProbeResult, Review, TimingChange, TimingMetrics, WorkloadReview
 
 MARKER = "<!-- perfcheck:review -->"
 COMMENT_LIMIT = 65536  # GitHub's limit on an issue comment body
@@ -23,6 +24,10 @@ _TITLES = {
     "export_failed": "torch.export fails",
     "probe_crashed": "Probe crashed",
     "probe_timeout": "Probe timed out",
+    "throughput_regression": "Slower steps",
+    "memory_regression": "More peak memory",
+    "compile_latency_regression": "Slower compile",
+    "environment_mismatch": "Different hardware",
 }
 
 
@@ -56,9 +61,44 @@ def _pct(base: float, head: float) -> str:
     return f"{(head - base) / base * 100:+.0f} %"
 
 
-def workload_rows(base: list[ProbeResult], head: list[ProbeResult]) -> list[Row]:
-    b, h = _by_probe(base), _by_probe(head)
+def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingChange | None) -> list[Row]:
+    b = bt.timing if bt else None
+    h = ht.timing if ht else None
+    if b is None and h is None:
+        return [Row("step time", _status(bt) or "—", _status(ht) or "—", "")]
+    src = h or b
+    assert src is not None
+
+    def med(t: TimingMetrics | None, r: ProbeResult | None) -> str:
+        return f"{median(t.samples_ms):.3f} ms" if t else (_status(r) or "—")
+
+    def per_s(t: TimingMetrics | None) -> str:
+        return f"{t.batch_size / median(t.samples_ms) * 1000:,.0f} /s" if t else "—"
+
+    delta = ""
+    if change is not None:
+        lo, hi = (change.ratio_low - 1) * 100, (change.ratio_high - 1) * 100
+        delta = f"{(change.ratio - 1) * 100:+.1f} % ({lo:+.1f} … {hi:+.1f})"
+    label = f"step time ({src.mode}{', ' + src.backend if src.backend else ''})"
+    rows = [Row(label, med(b, bt), med(h, ht), delta), Row("throughput", per_s(b), per_s(h), "")]
+    if b and h and b.peak_memory_mb is not None and h.peak_memory_mb is not None:
+        kind = "peak memory" if b.memory_kind == "cuda_max_allocated" else "peak RSS"
+        rows.append(
+            Row(
+                kind,
+                f"{b.peak_memory_mb:,.0f} MB",
+                f"{h.peak_memory_mb:,.0f} MB",
+                f"{h.peak_memory_mb - b.peak_memory_mb:+,.0f} MB",
+            )
+        )
+    return rows
+
+
+def workload_rows(wl: WorkloadReview) -> list[Row]:
+    b, h = _by_probe(wl.base), _by_probe(wl.head)
     rows: list[Row] = []
+    if "timing" in b or "timing" in h:
+        rows += _timing_rows(b.get("timing"), h.get("timing"), wl.timing_change)
     bc, hc = b.get("compile"), h.get("compile")
     if bc or hc:
         bm = bc.compile if bc else None
@@ -198,7 +238,7 @@ def render_comment(review: Review, template_dir: Path | None = None, report_poin
         headline=headline(review),
         base_name=_side_name(review.base.tree, review.base.revision),
         head_name=_side_name(review.head.tree, review.head.revision),
-        workloads=[{"name": wl.name, "rows": workload_rows(wl.base, wl.head)} for wl in review.workloads],
+        workloads=[{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
         findings=findings,
         environment=environment_line(
             review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),

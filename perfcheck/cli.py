@@ -17,6 +17,16 @@ def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
+    return n
+
+
 def _cmd_review(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError, load_config
     from perfcheck.review import EXIT_CODES, ReviewRequest, UsageError, run
@@ -35,6 +45,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
                 base_python=args.base_python,
                 head_python=args.head_python,
                 template_dir=args.templates,
+                jobs=args.jobs,
             )
         )
     except (ConfigError, UsageError) as err:
@@ -110,6 +121,12 @@ def build_parser() -> argparse.ArgumentParser:
     review.add_argument("--head-python", help="python interpreter for the head side (default: this one)")
     review.add_argument(
         "--templates", type=Path, help="folder with your own comment.md.j2 (falls back to the built-in)"
+    )
+    review.add_argument(
+        "--jobs",
+        type=_positive,
+        default=1,
+        help="per-side probes to run at once (default 1; timing always runs alone)",
     )
     review.set_defaults(func=_cmd_review)
 

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
-PROBE_NAMES = ("compile", "export")
+PROBE_NAMES = ("compile", "export", "timing")
 DEFAULT_WORKLOAD = "mlp-tiny"
 
 _OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
@@ -89,6 +89,29 @@ class CompileConfig(_Section):
     dynamic: bool | None = None
 
 
+class TimingConfig(_Section):
+    """How the paired A/B timing runs; see README "Measuring"."""
+
+    compiled: bool = Field(default=True, description="time the torch.compile'd model (false: eager)")
+    steps_per_round: int = Field(default=10, ge=1)
+    min_rounds: int = Field(default=12, ge=4, description="paired rounds before the first verdict")
+    max_rounds: int = Field(default=60, ge=4)
+    extra_rounds: int = Field(
+        default=12, ge=1, description="rounds added each time a verdict is inconclusive"
+    )
+    time_budget_s: float = Field(default=300.0, gt=0, description="per workload, for timed rounds")
+    warmup_block: int = Field(default=5, ge=1, description="steps per warm-up block")
+    warmup_max_steps: int = Field(default=300, ge=1)
+    warmup_tolerance_pct: float = Field(
+        default=2.0, gt=0, description="block-to-block change that counts as steady"
+    )
+    warmup_extra_steps: int = Field(
+        default=10, ge=0, description="steps run after steady state, before timing"
+    )
+    confidence: float = Field(default=0.95, gt=0.5, lt=1)
+    alpha: float = Field(default=0.01, gt=0, lt=0.5, description="significance level of the signed-rank test")
+
+
 class Config(_Section):
     workloads: list[WorkloadConfig] = Field(
         default_factory=lambda: [WorkloadConfig(name=DEFAULT_WORKLOAD, entry=DEFAULT_WORKLOAD)]
@@ -96,6 +119,7 @@ class Config(_Section):
     export: ExportConfig = ExportConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
+    timing: TimingConfig = TimingConfig()
     paths: list[str] = Field(
         default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
     )

@@ -32,6 +32,7 @@ class ReviewRequest:
     base_python: str | None = None
     head_python: str | None = None
     template_dir: Path | None = None
+    jobs: int = 1
 
 
 def git_revision(tree: Path) -> str | None:
@@ -86,8 +87,12 @@ def assemble(request: ReviewRequest, workloads: list[WorkloadReview]) -> Review:
         summary="",
         base=SideInfo(tree=str(request.base), revision=git_revision(request.base)),
         head=SideInfo(tree=str(request.head), revision=git_revision(request.head)),
-        workloads=workloads,
+        workloads=[
+            wl.model_copy(update={"timing_change": comparison.timing_changes.get(wl.name)})
+            for wl in workloads
+        ],
         findings=comparison.findings,
+        inconclusive=comparison.inconclusive,
     )
     return draft.model_copy(update={"summary": headline(draft)})
 
@@ -107,6 +112,7 @@ def run(request: ReviewRequest) -> tuple[Review, str]:
             workloads=chosen,
             probes=probes,
             out_dir=request.out_dir,
+            jobs=request.jobs,
         )
     )
     review = assemble(request, workloads)

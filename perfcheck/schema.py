@@ -83,6 +83,24 @@ class CompileMetrics(_Strict):
     op_count: int = Field(default=0, ge=0)
 
 
+class TimingMetrics(_Strict):
+    mode: Literal["eager", "compiled"]
+    backend: str | None = None
+    steps_per_round: int = Field(ge=1)
+    samples_ms: list[float] = Field(
+        description="median step time (ms) of each timed round; round i pairs with round i of the other side"
+    )
+    batch_size: int = Field(ge=1)
+    warmup_steps: int = Field(ge=0)
+    warmup_converged: bool
+    cold_compile_s: float | None = Field(default=None, ge=0)
+    compile_breakdown_s: dict[str, float] = {}
+    peak_memory_mb: float | None = Field(default=None, ge=0)
+    memory_kind: Literal["cuda_max_allocated", "peak_rss"]
+    recompiles_during_timing: int = Field(default=0, ge=0)
+    planted_slowdown_pct: float = Field(default=0.0, ge=0)
+
+
 class ExportMetrics(_Strict):
     graph_sha256: str | None = None
     graph_text: str | None = Field(default=None, description="canonical rendering of the exported graph")
@@ -115,6 +133,7 @@ class ProbeResult(_Strict):
     environment: Environment | None = None
     compile: CompileMetrics | None = None
     export: ExportMetrics | None = None
+    timing: TimingMetrics | None = None
     details: dict[str, Any] = {}
 
 
@@ -134,10 +153,24 @@ class SideInfo(_Strict):
     environment: Environment | None = None
 
 
+class TimingChange(_Strict):
+    """head/base step time from the paired rounds, as the verdict saw it."""
+
+    ratio: float = Field(gt=0)
+    ratio_low: float = Field(gt=0)
+    ratio_high: float = Field(gt=0)
+    confidence: float = Field(gt=0, lt=1)
+    p_value: float = Field(ge=0, le=1)
+    rounds: int = Field(ge=2)
+    budget_pct: float
+    verdict: Verdict
+
+
 class WorkloadReview(_Strict):
     name: str
     base: list[ProbeResult] = []
     head: list[ProbeResult] = []
+    timing_change: TimingChange | None = None
 
 
 class Review(_Strict):
@@ -149,6 +182,7 @@ class Review(_Strict):
     head: SideInfo
     workloads: list[WorkloadReview]
     findings: list[Finding]
+    inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")
 
 
 M = TypeVar("M", bound=BaseModel)

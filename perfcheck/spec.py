@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import CompileConfig, ExportConfig, WorkloadConfig
+from perfcheck.config import CompileConfig, ExportConfig, TimingConfig, WorkloadConfig
 from perfcheck.schema import Side
 
 
@@ -23,3 +23,7 @@ class ProbeSpec(BaseModel):
     workload: WorkloadConfig
     compile: CompileConfig = CompileConfig()
     export: ExportConfig = ExportConfig()
+    timing: TimingConfig = TimingConfig()
+    # Benchmark-only: busy work of this share of the calibrated step time added to every timed
+    # step, a slowdown of known size for measuring detection rates (bench/trust.py).
+    planted_slowdown_pct: float = Field(default=0.0, ge=0)

@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, l
 from perfcheck.spec import ProbeSpec
 
 LOG_TAIL_LINES = 12
+PAIRED_PROBES = ("timing",)
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ class ReviewRun:
     workloads: list[WorkloadConfig] = field(default_factory=list)
     probes: tuple[str, ...] = ALL_PROBES
     out_dir: Path = Path("perfcheck-out")
+    jobs: int = 1
 
 
 def _log_tail(log: Path) -> str:
@@ -72,22 +75,27 @@ def _failed(spec: ProbeSpec, status: str, message: str, duration: float) -> Prob
     )
 
 
+def cache_env(stem: str) -> dict[str, str]:
+    """The environment of a probe process."""
+    cache = Path(tempfile.mkdtemp(prefix=f"perfcheck-{stem}-"))
+    return {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
+        "PYTHONSAFEPATH": "1",
+        # A fresh compiler cache per process keeps "cold compile" cold and the sides independent.
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+    }
+
+
 def run_probe(spec: ProbeSpec, python: str, timeout_s: float, workdir: Path) -> ProbeResult:
     """Run one probe in a fresh process; never raises for anything the probe does."""
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
     spec_path, result_path, log_path = (workdir / f"{stem}{ext}" for ext in (".spec.json", ".json", ".log"))
     spec_path.write_text(spec.model_dump_json())
     result_path.unlink(missing_ok=True)
-    cache = Path(tempfile.mkdtemp(prefix=f"perfcheck-{stem}-"))
-    env = {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
-        "PYTHONSAFEPATH": "1",
-        # A fresh compiler cache per probe keeps "cold compile" cold and the sides independent.
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-    }
+    env = cache_env(stem)
     start = time.monotonic()
     with log_path.open("wb") as log:
         proc = subprocess.Popen(
@@ -137,34 +145,68 @@ def _outcome(result: ProbeResult) -> str:
     )
 
 
+def _spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
+    return ProbeSpec(
+        probe=probe,
+        side=side.side,
+        tree=str(side.tree.resolve()),
+        device=run.device,  # type: ignore[arg-type]
+        workload=wl,
+        compile=run.config.compile,
+        export=run.config.export,
+        timing=run.config.timing,
+    )
+
+
 def run_review(
     run: ReviewRun, progress_factory: Callable[[int], Progress] = Progress
 ) -> list[WorkloadReview]:
-    workdir = run.out_dir / "probes"
+    from perfcheck.runner.timing import run_paired
+
+    # Absolute: every worker runs with its side's tree as working directory.
+    workdir = run.out_dir.resolve() / "probes"
     workdir.mkdir(parents=True, exist_ok=True)
-    plan = [
-        (wl, probe, side)
-        for wl in run.workloads
-        for probe in run.probes
-        if wl.probes is None or probe in wl.probes
-        for side in (run.base, run.head)  # interleaved, so drift over the run hits both sides
-    ]
-    progress = progress_factory(len(plan))
-    results: dict[str, WorkloadReview] = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
-    for wl, probe, side in plan:
-        spec = ProbeSpec(
-            probe=probe,
-            side=side.side,
-            tree=str(side.tree.resolve()),
-            device=run.device,  # type: ignore[arg-type]
-            workload=wl,
-            compile=run.config.compile,
-            export=run.config.export,
+    wanted = [(wl, p) for wl in run.workloads for p in run.probes if wl.probes is None or p in wl.probes]
+    # Per-side probes go base then head, interleaved, so drift over the run hits both sides; with
+    # jobs > 1 they overlap (structure does not depend on timing). Timing runs alone, both sides
+    # at once in alternating rounds, after everything else has finished.
+    single = [(wl, p, side) for wl, p in wanted if p not in PAIRED_PROBES for side in (run.base, run.head)]
+    paired = [(wl, p) for wl, p in wanted if p in PAIRED_PROBES]
+    progress = progress_factory(len(single) + len(paired))
+
+    def one(item: tuple[WorkloadConfig, str, SideSetup]) -> ProbeResult:
+        wl, probe, side = item
+        task = progress.begin(f"{side.side} · {wl.name} · {probe}")
+        result = run_probe(_spec(run, wl, probe, side), side.python, wl.timeout_s, workdir)
+        task.finish(_outcome(result))
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
+        collected = list(pool.map(one, single))  # map keeps plan order, whatever finishes first
+    for wl, probe in paired:
+        task = progress.begin(f"base ⇄ head · {wl.name} · {probe}")
+        pair = run_paired(
+            _spec(run, wl, probe, run.base),
+            _spec(run, wl, probe, run.head),
+            run.base,
+            run.head,
+            workdir,
+            run.config.budgets.max_throughput_regression_pct,
+            on_round=lambda n, t=task: t.note(f"round {n}"),
         )
-        progress.start(f"{side.side} · {wl.name} · {probe}")
-        result = run_probe(spec, side.python, wl.timeout_s, workdir)
-        progress.finish(_outcome(result))
-        review = results[wl.name]
-        field_name = "base" if side.side == "base" else "head"
-        results[wl.name] = review.model_copy(update={field_name: [*getattr(review, field_name), result]})
+        task.finish(_paired_outcome(pair.base, pair.head))
+        collected += [pair.base, pair.head]
+    results = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
+    for r in collected:
+        review = results[r.workload]
+        results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
     return list(results.values())
+
+
+def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:
+    if base.timing and head.timing:
+        b, h = base.timing.samples_ms, head.timing.samples_ms
+        return (
+            f"ok, {len(h)} rounds, median {sorted(b)[len(b) // 2]:.3f} → {sorted(h)[len(h) // 2]:.3f} ms/step"
+        )
+    return "; ".join(f"{r.side} {_outcome(r)}" for r in (base, head))

@@ -26,8 +26,14 @@ def _loss(out: Any) -> torch.Tensor:
     return sum(t.float().sum() for t in tensors if t.is_floating_point())  # type: ignore[return-value]
 
 
-def make_step(model: Callable[..., Any], train: bool, amp: str, device: str) -> Callable[..., Any]:
-    """A step over ``model`` (eager or compiled): forward, and for training backward too."""
+def make_step(
+    model: Callable[..., Any],
+    train: bool,
+    amp: str,
+    device: str,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Callable[..., Any]:
+    """A step over ``model`` (eager or compiled): forward; for training backward and the optimizer."""
 
     def infer(*inputs: Any) -> Any:
         with torch.no_grad(), autocast(amp, device):
@@ -37,9 +43,22 @@ def make_step(model: Callable[..., Any], train: bool, amp: str, device: str) -> 
         with autocast(amp, device):
             out = model(*inputs)
         _loss(out).backward()
+        if optimizer is not None:
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
         return out
 
     return train_step if train else infer
+
+
+def frozen_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
+    """SGD with momentum at learning rate 0: the full optimizer work, but the weights never move,
+    so step 1000 computes on the same numbers as step 1 (no drift into NaNs or denormals)."""
+    return torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9)
+
+
+def batch_size(inputs: tuple[Any, ...]) -> int:
+    return next((int(t.shape[0]) for t in inputs if isinstance(t, torch.Tensor) and t.dim()), 1)
 
 
 def prepare(model: torch.nn.Module, train: bool) -> torch.nn.Module:

@@ -100,6 +100,15 @@ def test_recompile_reasons_compare_by_cause_not_by_value() -> None:
     assert f.category == "recompile" and "self.calls" in f.message
 
 
+def test_guards_from_different_trees_and_lines_are_the_same_cause() -> None:
+    guard = (
+        "___stack2 == {v}  # print('scale', h.item())  # tmp/{tree}/model.py:{n} in resume_in_forward_at_{n}"
+    )
+    base = guard.format(v=1.58, tree="base", n=14)
+    head = guard.format(v=1.61, tree="head", n=15)
+    assert normalize_guard(base) == normalize_guard(head)
+
+
 def test_normalize_guard_blanks_values() -> None:
     assert (
         normalize_guard("tensor 'x' size mismatch at index 0. expected 32, actual 16")
@@ -116,6 +125,7 @@ def test_head_crash_fails_and_base_crash_is_inconclusive() -> None:
     assert result.verdict == "inconclusive"
     result = review(compile_result("base", status="crashed"), compile_result("head", status="crashed"))
     assert [(f.category, f.severity) for f in result.findings] == [("probe_crashed", "warning")]
+    assert result.verdict == "inconclusive"  # nothing was compared, so nothing may pass
 
 
 def export_result(
@@ -166,3 +176,73 @@ def test_export_failing_on_both_sides_is_a_warning_on_head_only_an_error() -> No
     assert [(f.category, f.severity) for f in review(base_fails, fails).findings] == [
         ("export_failed", "warning")
     ]
+
+
+def timing_result(side: str, samples: list[float], gpu: str | None = None, mem: float = 100.0) -> ProbeResult:
+    from perfcheck.schema import Environment, TimingMetrics
+
+    metrics = TimingMetrics(
+        mode="compiled",
+        backend="inductor",
+        steps_per_round=10,
+        samples_ms=samples,
+        batch_size=8,
+        warmup_steps=20,
+        warmup_converged=True,
+        peak_memory_mb=mem,
+        memory_kind="cuda_max_allocated",
+    )
+    env = Environment(python="3.12", torch="2.11", gpu_name=gpu, gpu_count=1 if gpu else 0)
+    return ProbeResult(
+        probe="timing",
+        workload="w",
+        side=side,
+        status="ok",
+        duration_s=1.0,  # type: ignore[arg-type]
+        timing=metrics,
+        environment=env,
+    )
+
+
+def test_timings_on_different_hardware_are_not_compared() -> None:
+    result = review(
+        timing_result("base", [1.0] * 12, gpu="NVIDIA H200"),
+        timing_result("head", [3.0] * 12, gpu="NVIDIA A100"),
+    )
+    [f] = result.findings
+    assert (f.category, f.severity) == ("environment_mismatch", "warning")
+    assert f.evidence["differences"] == {"gpu_name": ["NVIDIA H200", "NVIDIA A100"]}
+    assert result.verdict == "inconclusive"
+
+
+def test_a_clear_slowdown_fails_with_its_interval() -> None:
+    base = [10.0 + 0.01 * i for i in range(12)]
+    result = review(timing_result("base", base), timing_result("head", [b * 1.15 for b in base]))
+    [f] = result.findings
+    assert (f.category, f.severity) == ("throughput_regression", "error")
+    assert "+15.0 %" in f.message and "95% CI" in f.message
+    assert result.timing_changes["w"].verdict == "fail"
+
+
+def test_a_significant_slowdown_within_budget_warns() -> None:
+    base = [10.0 * (1 + 0.001 * ((i * 7) % 5)) for i in range(20)]
+    result = review(timing_result("base", base), timing_result("head", [b * 1.01 for b in base]))
+    [f] = result.findings
+    assert (f.category, f.severity) == ("throughput_regression", "warning")
+    assert result.verdict == "pass"
+
+
+def test_memory_growth_over_budget() -> None:
+    same = [1.0] * 12
+    result = review(timing_result("base", same, mem=1000), timing_result("head", same, mem=1200))
+    [f] = result.findings
+    assert f.category == "memory_regression" and "+200 MB" in f.message
+
+
+def test_compile_latency_budget() -> None:
+    config = parse_config("budgets: {compile_latency_s: {w: 1.5}}", "c.yml")
+    slow = compile_result("head").model_copy(
+        update={"compile": compile_result("head").compile.model_copy(update={"cold_compile_s": 2.0})}
+    )  # type: ignore[union-attr]
+    [f] = review(compile_result("base"), slow, config).findings
+    assert f.category == "compile_latency_regression" and "1.5 s budget" in f.message

@@ -204,6 +204,7 @@ def test_builtin_workloads_need_no_config(review: ReviewFn, tmp_path: Path) -> N
 
     tree = write_tree(tmp_path / "repo", {"README.md": "no perfcheck.yml here\n"})
     config = Config().model_copy(update={"compile": fast_config().compile})
-    result = review(tree, tree, config=config)
+    # structure only: identical timings may honestly end inconclusive on a busy CPU
+    result = review(tree, tree, config=config, probes=("compile", "export"))
     assert [w.name for w in result.workloads] == ["mlp-tiny"]
     assert result.verdict == "pass" and not result.findings

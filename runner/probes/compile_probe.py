@@ -22,6 +22,7 @@ import torch._dynamo
 from torch._dynamo.utils import counters, guard_failures
 
 from perfcheck.runner import step as steps
+from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
 from perfcheck.runner.locate import innermost_user_frame, to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
 from perfcheck.schema import CompileMetrics, GraphBreak, Recompile, SourceLocation
@@ -34,10 +35,6 @@ def break_type(reason: str) -> str:
     """Dynamo's one-line break type: the first line of its reason in torch >= 2.7."""
     first = reason.strip().splitlines()[0] if reason.strip() else "unknown"
     return first.strip()
-
-
-def _compiled_frames() -> int:
-    return int(counters["frames"]["ok"])
 
 
 def _recompile_reasons() -> list[Recompile]:
@@ -54,18 +51,6 @@ def _recompile_reasons() -> list[Recompile]:
                 seen.add(key)
                 out.append(Recompile(function=code.co_name, reason=text))
     return out
-
-
-def _compile_breakdown() -> dict[str, float]:
-    spent = torch._dynamo.utils.calculate_time_spent()
-    total = spent.get("entire_frame_compile", 0.0)
-    backend = spent.get("backend_compile", 0.0)
-    inductor = spent.get("inductor_compile", 0.0)
-    out = {"dynamo": max(total - backend, 0.0), "aot_autograd": max(backend - inductor, 0.0)}
-    if inductor:
-        out["inductor"] = inductor
-    out["total"] = total
-    return {k: round(v, 4) for k, v in out.items()}
 
 
 def _graph_breaks(explained: Any, tree: Path) -> list[GraphBreak]:
@@ -102,10 +87,10 @@ class CompileProbe:
         step(*built.inputs)
         steps.synchronize(spec.device)
         cold = time.perf_counter() - start
-        breakdown = _compile_breakdown()
-        first_frames = _compiled_frames()
+        breakdown = compile_breakdown()
+        first_frames = compiled_frames()
 
-        batch = next((t.shape[0] for t in built.inputs if isinstance(t, torch.Tensor) and t.dim()), 1)
+        batch = steps.batch_size(built.inputs)
         # Same inputs again must hit the cache; another batch size shows shape specialisation.
         for inputs in (
             built.inputs,
@@ -116,7 +101,7 @@ class CompileProbe:
             step(*inputs)
         steps.synchronize(spec.device)
         recompiles = _recompile_reasons()
-        recompile_count = _compiled_frames() - first_frames
+        recompile_count = compiled_frames() - first_frames
 
         torch._dynamo.reset()
         fresh = build()
