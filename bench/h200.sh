@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything perfcheck measures on a lent H200, in one script, one device call per stage:
 #   bench/h200.sh trust WORKLOADS MODES SECONDS TAG   -> $OUT/trust-TAG.json (bench/trust.py)
-#   bench/h200.sh suite                               -> $OUT/suite/ (the default GPU suite, base + head)
+#   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
+#   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 # Packages the image lacks (pydantic and its needs, perfcheck itself) travel as wheels in .whl/.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -19,9 +20,14 @@ case "$1" in
   suite)
     mkdir -p /tmp/tree
     start=$(date +%s)
-    perfcheck review --base /tmp/tree --head /tmp/tree --config bench/gpu-suite.yml --device cuda \
+    python3 -m perfcheck review --base /tmp/tree --head /tmp/tree --config bench/gpu-suite.yml --device cuda \
       --jobs "${2:-4}" --out "$OUT/suite"
     echo "exit code $? · wall $(( $(date +%s) - start )) s"
     ;;
-  *) echo "usage: bench/h200.sh trust|suite ..." >&2; exit 2 ;;
+  demo)
+    python3 -m perfcheck review --base examples/demo/base --head examples/demo/head --device cuda --jobs 4 \
+      --out "$OUT/demo"
+    echo "exit code $?"
+    ;;
+  *) echo "usage: bench/h200.sh trust|suite|demo ..." >&2; exit 2 ;;
 esac

@@ -127,6 +127,8 @@ def run_one(
         for w in workers.values():
             w.send("setup")
         setups = {side: w.receive(900) for side, w in workers.items()}
+        for side, w in workers.items():  # one at a time, as the gate does
+            setups[side] |= w.ask("warmup", 900)
         setup_s = time.monotonic() - started
         step_ms = setups["base"]["warmup_block_means_ms"][-1]
         steps = max(1, min(50, round(round_ms / max(step_ms, 1e-3))))

@@ -171,7 +171,7 @@ def run_paired(
     failed: dict[str, WorkerFailed] = {}
     samples: dict[str, list[float]] = {"base": [], "head": []}
     try:
-        # Compile and warm up both at once: compiling is mostly host work, and it halves the wait.
+        # Both compile at once: compiling is mostly host work, and it halves the wait.
         for side, worker in workers.items():
             try:
                 worker.send("setup")
@@ -185,6 +185,13 @@ def run_paired(
                     failed[side] = err
         if failed:
             raise next(iter(failed.values()))
+        # Warm-up one side at a time: a steady state measured while the other compiles is not one.
+        for side, worker in workers.items():
+            try:
+                setups[side] |= worker.ask("warmup", timeout)
+            except WorkerFailed as err:
+                failed[side] = err
+                raise
         timed_since = time.monotonic()
         while True:
             decision = sequential_decision(

@@ -40,18 +40,25 @@ class Timer:
     def __init__(self, device: str) -> None:
         self.cuda = device == "cuda"
 
-    def run(self, fn: Callable[[], Any], n: int) -> list[float]:
+    def run(self, fn: Callable[[], Any], n: int, lead_in: int = 0) -> list[float]:
+        """``n`` timed steps after ``lead_in`` untimed ones queued just before them: the first step
+        after a synchronisation starts on an idle GPU and pays the host's launch latency, which is
+        order, not code."""
         if self.cuda:
             marks = [
                 (torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)
             ]
             torch.cuda.synchronize()
+            for _ in range(lead_in):
+                fn()
             for start, end in marks:
                 start.record()
                 fn()
                 end.record()
             torch.cuda.synchronize()
             return [start.elapsed_time(end) for start, end in marks]
+        for _ in range(lead_in):
+            fn()
         out = []
         for _ in range(n):
             t0 = time.perf_counter()
@@ -90,6 +97,26 @@ class BusyWork:
             pass
 
 
+def pin_cpus(count: int = 4) -> list[int]:
+    """Run this side's host work on the same few cores as the other side's.
+
+    Host-bound steps (launch overhead, small kernels) otherwise differ by which cores each process
+    happens to land on, a bias between two processes that pairing cannot cancel. Done after the
+    compile, which wants every core.
+    """
+    try:
+        available = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return []
+    chosen = available[:count]
+    try:
+        os.sched_setaffinity(0, chosen)
+    except OSError:
+        return []
+    torch.set_num_threads(max(1, min(torch.get_num_threads(), len(chosen))))
+    return chosen
+
+
 class Session:
     def __init__(self, spec: ProbeSpec) -> None:
         self.spec = spec
@@ -98,6 +125,7 @@ class Session:
         self.step_ms = 0.0  # the settled step time, which a planted slowdown is a share of
         self.warmup_trace: list[dict[str, Any]] = []  # per block: step times, whether anything compiled
         self.run_step: Callable[[], Any] = lambda: None
+        self.one: Callable[[], Any] = lambda: None
         self.frames_after_warmup = 0
 
     def setup(self) -> dict[str, Any]:
@@ -125,10 +153,6 @@ class Session:
         one()
         steps.synchronize(spec.device)
         cold = time.perf_counter() - start
-        breakdown = compile_breakdown() if cfg.compiled else {}
-
-        warm_steps, converged, block_means = self._warm_up(one)
-        self.step_ms = block_means[-1]
 
         def timed() -> None:
             one()
@@ -136,26 +160,37 @@ class Session:
                 self.busy()
 
         self.run_step = timed
-        self.plant(spec.planted_slowdown_pct)
-        if cfg.warmup_extra_steps:
-            self.timer.run(self.run_step, cfg.warmup_extra_steps)
-        if spec.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        self.frames_after_warmup = compiled_frames()
-        gc.collect()
-        gc.freeze()  # long-lived objects out of the collector's way for the timed rounds
+        self.one = one
         return {
             "mode": "compiled" if cfg.compiled else "eager",
             "backend": spec.compile.backend if cfg.compiled else None,
             "batch_size": steps.batch_size(inputs),
             "cold_compile_s": round(cold, 4) if cfg.compiled else None,
-            "compile_breakdown_s": breakdown,
+            "compile_breakdown_s": compile_breakdown() if cfg.compiled else {},
+            "first_step_ms": round(cold * 1000, 3),
+            "environment": environment(spec.device).model_dump(),
+        }
+
+    def warmup(self) -> dict[str, Any]:
+        """Run alone (the other side idle): steady state measured under contention is no steady state."""
+        cfg = self.spec.timing
+        pinned = pin_cpus()
+        warm_steps, converged, block_means = self._warm_up(self.one)
+        self.step_ms = block_means[-1]
+        self.plant(self.spec.planted_slowdown_pct)
+        if cfg.warmup_extra_steps:
+            self.timer.run(self.run_step, cfg.warmup_extra_steps)
+        if self.spec.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        self.frames_after_warmup = compiled_frames()
+        gc.collect()
+        gc.freeze()  # long-lived objects out of the collector's way for the timed rounds
+        return {
             "warmup_steps": warm_steps,
             "warmup_converged": converged,
             "warmup_block_means_ms": [round(m, 4) for m in block_means],
             "warmup_trace": self.warmup_trace,
-            "first_step_ms": round(cold * 1000, 3),
-            "environment": environment(spec.device).model_dump(),
+            "cpus": pinned,
         }
 
     def _warm_up(self, one: Callable[[], None]) -> tuple[int, bool, list[float]]:
@@ -177,17 +212,25 @@ class Session:
         return done, False, means
 
     def plant(self, pct: float) -> dict[str, Any]:
-        """Benchmark-only: add busy work of ``pct`` % of the settled step time to every step."""
+        """Benchmark-only: add busy work of ``pct`` % of the step time to every step.
+
+        The step time is measured afresh, here, while the other side waits, so the size of the
+        planted slowdown is right even if the machine got faster or slower since warm-up."""
         if pct and self.busy is None:
             self.busy = BusyWork(self.spec.device)
         if self.busy is not None:
+            self.busy.seconds = 0.0
+            if pct:
+                self.step_ms = median(self.timer.run(self.one, 20))
             self.busy.seconds = self.step_ms / 1000 * pct / 100
-        return {"planted_slowdown_pct": pct}
+        return {"planted_slowdown_pct": pct, "step_ms": self.step_ms}
 
     def round(self, n: int) -> dict[str, Any]:
+        # The side that just sat idle while the other ran pays a wake-up cost (cold caches, idle
+        # threads, an empty GPU queue): an untimed lead-in step absorbs it.
         gc.disable()
         try:
-            times = self.timer.run(self.run_step, n)
+            times = self.timer.run(self.run_step, n, lead_in=1)
         finally:
             gc.enable()
         # The round's median: robust to an OS interruption landing on one step of the round.
@@ -209,6 +252,7 @@ def serve(spec: ProbeSpec, reply: Any) -> None:
     session = Session(spec)
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "setup": lambda _: session.setup(),
+        "warmup": lambda _: session.warmup(),
         "round": lambda msg: session.round(int(msg["steps"])),
         "plant": lambda msg: session.plant(float(msg["pct"])),
         "finish": lambda _: session.finish(),
