@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfcheck.bot.stats import sequential_decision, significant_slowdown
+from perfcheck.bot.stats import alarm, is_host_bound, sequential_decision
 from perfcheck.config import CompileConfig, TimingConfig, WorkloadConfig
 from perfcheck.runner.timing import TimingWorker
 from perfcheck.spec import ProbeSpec
@@ -61,9 +61,10 @@ class Trials:
     alarms: int = 0
     fails: int = 0
     rounds_used: int = 0
+    letters: str = ""  # one per trial: p pass, i inconclusive, F fail
 
 
-def replay(base: list[float], head: list[float]) -> Trials:
+def replay(base: list[float], head: list[float], host_bound: bool = False) -> Trials:
     """Cut the record into consecutive stretches, each as long as the gate asks for, and judge each."""
     out = Trials()
     i = 0
@@ -76,13 +77,15 @@ def replay(base: list[float], head: list[float]) -> Trials:
             GATE.extra_rounds,
             GATE.max_rounds,
             GATE.confidence,
+            host_bound,
         )
         if decision is None:
             return out
         out.trials += 1
         out.rounds_used += decision.rounds
         out.fails += decision.verdict == "fail"
-        out.alarms += decision.verdict == "fail" or significant_slowdown(decision.estimate, GATE.alpha)
+        out.letters += {"pass": "p", "inconclusive": "i", "fail": "F"}[decision.verdict]
+        out.alarms += alarm(decision.verdict, decision.estimate, GATE.alpha, host_bound)
         i += decision.rounds
 
 
@@ -130,13 +133,15 @@ def run_one(
         for side, w in workers.items():  # one at a time, as the gate does
             setups[side] |= w.ask("warmup", 900)
         setup_s = time.monotonic() - started
-        step_ms = setups["base"]["warmup_block_means_ms"][-1]
-        steps = max(1, min(50, round(round_ms / max(step_ms, 1e-3))))
+        step_ms = setups["base"]["warmup_block_medians_ms"][-1]
+        # The gate's own round length unless asked otherwise (the first H200 runs used --round-ms 20).
+        steps = max(1, min(50, round(round_ms / max(step_ms, 1e-3)))) if round_ms else GATE.steps_per_round
         round_s = 2 * steps * step_ms / 1000 + 0.002
         chunk = 6
         per_condition = max(GATE.max_rounds, int(seconds / max(round_s, 1e-4) / len(conditions)))
         per_condition = chunk * math.ceil(per_condition / chunk)
         record: dict[float, dict[str, list[float]]] = {c: {"base": [], "head": []} for c in conditions}
+        host: list[float] = []  # host time to issue a step, base side, A/A rounds (GPU only)
         timed_start = time.monotonic()
         for _ in range(per_condition // chunk):
             for c in conditions:  # interleaved, so slow drift touches every condition alike
@@ -146,6 +151,8 @@ def run_one(
                     for side in ("base", "head") if n % 2 == 0 else ("head", "base"):
                         answer = workers[side].ask("round", 900, steps=steps)
                         record[c][side].append(answer["median_ms"])
+                        if side == "base" and c == conditions[0] and answer.get("host_median_ms"):
+                            host.append(answer["host_median_ms"])
         timed_s = time.monotonic() - timed_start
         finish = {side: w.ask("finish", 60) for side, w in workers.items()}
     finally:
@@ -176,12 +183,15 @@ def run_one(
         "warmup_trace": trace,
         "after_warmup_rounds_base": spread(aa["base"]),
         "aa_round_log_ratio_sd_pct": round(statistics.pstdev(log_ratios) * 100, 3),
+        "aa_host_issue_ms": [round(h, 3) for h in host],
         "peak_memory_mb": finish["base"]["peak_memory_mb"],
         "recompiles_during_timing": finish["base"]["recompiles_during_timing"],
         "conditions": {},
     }
+    bound = is_host_bound(host, aa["base"])
+    result["host_bound"] = bound
     for c in conditions:
-        t = replay(record[c]["base"], record[c]["head"])
+        t = replay(record[c]["base"], record[c]["head"], bound)
         lo, hi = wilson(t.alarms, t.trials)
         result["conditions"][str(c)] = {
             "planted_pct": c,
@@ -227,7 +237,12 @@ def main() -> int:
     parser.add_argument("--workloads", default="mlp-tiny", help=f"comma-separated, from {', '.join(SUITE)}")
     parser.add_argument("--modes", default="eager,compiled")
     parser.add_argument("--seconds", type=float, default=20, help="timed seconds per workload and mode")
-    parser.add_argument("--round-ms", type=float, default=20, help="aim for rounds of about this long")
+    parser.add_argument(
+        "--round-ms",
+        type=float,
+        default=0,
+        help="aim for rounds of about this long (default: the gate's steps)",
+    )
     parser.add_argument(
         "--conditions", default="0,1,2,5,100", help="planted slowdowns in %%; the first is A/A"
     )

@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from perfcheck.bot.stats import budget_verdict, paired_ratio, significant_slowdown
+from perfcheck.bot.stats import alarm, gate_verdict, is_host_bound
 from perfcheck.config import Config
 from perfcheck.schema import (
     CompileMetrics,
@@ -21,6 +21,7 @@ from perfcheck.schema import (
     GraphBreak,
     ProbeResult,
     TimingChange,
+    TimingMetrics,
     Verdict,
     WorkloadReview,
 )
@@ -245,6 +246,17 @@ def hardware_differences(base: Environment | None, head: Environment | None) -> 
     }
 
 
+def host_bound(t: TimingMetrics) -> bool:
+    return is_host_bound(t.host_issue_ms, t.samples_ms)
+
+
+HOST_BOUND_ADVICE = (
+    "its steps are host-bound (the host takes as long to issue a step as the GPU to run it), so they "
+    "run at the host's speed and inherit its jitter; CUDA graphs (compile mode `reduce-overhead`) or a "
+    "larger batch make them device-bound and measurable"
+)
+
+
 def _pct(x: float) -> str:
     return f"{x:+.1f} %"
 
@@ -279,8 +291,8 @@ def _timing_findings(
         inconclusive.append(f"{wl}/timing: the two sides do not have matching rounds")
         return []
     budget = config.budgets.max_throughput_regression_pct
-    est = paired_ratio(b.samples_ms, h.samples_ms, config.timing.confidence)
-    verdict = budget_verdict(est, budget)
+    bound = host_bound(b) or host_bound(h)
+    verdict, est = gate_verdict(b.samples_ms, h.samples_ms, budget, config.timing.confidence, bound)
     changes[wl] = TimingChange(
         ratio=est.ratio,
         ratio_low=est.ratio_low,
@@ -302,11 +314,11 @@ def _timing_findings(
         "budget_pct": budget,
         "verdict": verdict,
     }
+    evidence["host_bound"] = bound
     if verdict == "inconclusive":
-        inconclusive.append(
-            f"{wl}: step time {interval} straddles the {budget:g} % budget after {est.n} rounds"
-        )
-    if verdict == "fail" or significant_slowdown(est, config.timing.alpha):
+        why = f"{wl}: step time {interval} straddles the {budget:g} % budget after {est.n} rounds"
+        inconclusive.append(f"{why}; {HOST_BOUND_ADVICE}" if bound else why)
+    if alarm(verdict, est, config.timing.alpha, bound):
         within = {"fail": "beyond", "pass": "within", "inconclusive": "not clearly within"}[verdict]
         out.append(
             Finding(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,8 +106,8 @@ def run(request: ReviewRequest) -> tuple[Review, str]:
     request.out_dir.mkdir(parents=True, exist_ok=True)
     workloads = run_review(
         ReviewRun(
-            base=SideSetup("base", base, request.base_python or _python()),
-            head=SideSetup("head", head, request.head_python or _python()),
+            base=SideSetup("base", base, request.base_python or sys.executable),
+            head=SideSetup("head", head, request.head_python or sys.executable),
             config=request.config,
             device=request.device,
             workloads=chosen,
@@ -120,9 +121,3 @@ def run(request: ReviewRequest) -> tuple[Review, str]:
     (request.out_dir / "result.json").write_text(review.model_dump_json(indent=1))
     (request.out_dir / "comment.md").write_text(comment)
     return review, comment
-
-
-def _python() -> str:
-    import sys
-
-    return sys.executable

@@ -99,6 +99,9 @@ class TimingMetrics(_Strict):
     memory_kind: Literal["cuda_max_allocated", "peak_rss"]
     recompiles_during_timing: int = Field(default=0, ge=0)
     planted_slowdown_pct: float = Field(default=0.0, ge=0)
+    host_issue_ms: list[float] = Field(
+        default=[], description="GPU only: median host time to issue a step, per round"
+    )
 
 
 class ExportMetrics(_Strict):

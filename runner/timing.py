@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from perfcheck.bot.stats import sequential_decision
+from perfcheck.bot.stats import is_host_bound, sequential_decision
 from perfcheck.runner.orchestrate import SideSetup, cache_env
 from perfcheck.schema import Environment, ProbeResult, TimingMetrics
 from perfcheck.spec import ProbeSpec
@@ -109,7 +109,12 @@ class PairedTiming:
 
 
 def _result(
-    spec: ProbeSpec, setup: dict[str, Any], samples: list[float], finish: dict[str, Any], duration: float
+    spec: ProbeSpec,
+    setup: dict[str, Any],
+    samples: list[float],
+    host: list[float],
+    finish: dict[str, Any],
+    duration: float,
 ) -> ProbeResult:
     metrics = TimingMetrics(
         mode=setup["mode"],
@@ -125,6 +130,7 @@ def _result(
         memory_kind=finish["memory_kind"],
         recompiles_during_timing=finish["recompiles_during_timing"],
         planted_slowdown_pct=spec.planted_slowdown_pct,
+        host_issue_ms=host,
     )
     return ProbeResult(
         probe="timing",
@@ -134,7 +140,7 @@ def _result(
         duration_s=round(duration, 3),
         environment=Environment.model_validate(setup["environment"]),
         timing=metrics,
-        details={"warmup_block_means_ms": setup["warmup_block_means_ms"]},
+        details={"warmup_block_medians_ms": setup["warmup_block_medians_ms"]},
     )
 
 
@@ -170,6 +176,7 @@ def run_paired(
     setups: dict[str, dict[str, Any]] = {}
     failed: dict[str, WorkerFailed] = {}
     samples: dict[str, list[float]] = {"base": [], "head": []}
+    host: dict[str, list[float]] = {"base": [], "head": []}
     try:
         # Both compile at once: compiling is mostly host work, and it halves the wait.
         for side, worker in workers.items():
@@ -194,6 +201,9 @@ def run_paired(
                 raise
         timed_since = time.monotonic()
         while True:
+            bound = is_host_bound(host["base"], samples["base"]) or is_host_bound(
+                host["head"], samples["head"]
+            )
             decision = sequential_decision(
                 samples["base"],
                 samples["head"],
@@ -202,6 +212,7 @@ def run_paired(
                 cfg.extra_rounds,
                 cfg.max_rounds,
                 cfg.confidence,
+                bound,
             )
             if decision is not None or time.monotonic() - timed_since > cfg.time_budget_s:
                 break
@@ -213,12 +224,17 @@ def run_paired(
                     failed[side] = err
                     raise
                 samples[side].append(round(answer["median_ms"], 5))
+                if answer.get("host_median_ms") is not None:
+                    host[side].append(round(answer["host_median_ms"], 5))
             if on_round is not None:
                 on_round(len(samples["head"]))
         finishes = {side: workers[side].ask("finish", timeout) for side in workers}
         elapsed = time.monotonic() - start
         return PairedTiming(
-            *(_result(specs[s], setups[s], samples[s], finishes[s], elapsed) for s in ("base", "head"))
+            *(
+                _result(specs[s], setups[s], samples[s], host[s], finishes[s], elapsed)
+                for s in ("base", "head")
+            )
         )
     except WorkerFailed as err:
         elapsed = time.monotonic() - start

@@ -21,7 +21,7 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from statistics import mean, median
+from statistics import median
 from typing import Any
 
 import torch
@@ -39,6 +39,7 @@ class Timer:
 
     def __init__(self, device: str) -> None:
         self.cuda = device == "cuda"
+        self.host_ms: list[float] = []
 
     def run(self, fn: Callable[[], Any], n: int, lead_in: int = 0) -> list[float]:
         """``n`` timed steps after ``lead_in`` untimed ones queued just before them: the first step
@@ -51,11 +52,17 @@ class Timer:
             torch.cuda.synchronize()
             for _ in range(lead_in):
                 fn()
+            host = []
             for start, end in marks:
+                t0 = time.perf_counter()
                 start.record()
                 fn()
                 end.record()
+                host.append((time.perf_counter() - t0) * 1000)
             torch.cuda.synchronize()
+            # How long the host took to issue each step: when it is close to the device time, the
+            # step is host-bound and host jitter shows in the timings.
+            self.host_ms = host
             return [start.elapsed_time(end) for start, end in marks]
         for _ in range(lead_in):
             fn()
@@ -175,8 +182,8 @@ class Session:
         """Run alone (the other side idle): steady state measured under contention is no steady state."""
         cfg = self.spec.timing
         pinned = pin_cpus()
-        warm_steps, converged, block_means = self._warm_up(self.one)
-        self.step_ms = block_means[-1]
+        warm_steps, converged, block_medians = self._warm_up(self.one)
+        self.step_ms = block_medians[-1]
         self.plant(self.spec.planted_slowdown_pct)
         if cfg.warmup_extra_steps:
             self.timer.run(self.run_step, cfg.warmup_extra_steps)
@@ -188,19 +195,19 @@ class Session:
         return {
             "warmup_steps": warm_steps,
             "warmup_converged": converged,
-            "warmup_block_means_ms": [round(m, 4) for m in block_means],
+            "warmup_block_medians_ms": [round(m, 4) for m in block_medians],
             "warmup_trace": self.warmup_trace,
             "cpus": pinned,
         }
 
     def _warm_up(self, one: Callable[[], None]) -> tuple[int, bool, list[float]]:
-        """Blocks of steps until nothing compiles any more and two block means in a row agree."""
+        """Blocks of steps until nothing compiles any more and two block medians in a row agree."""
         cfg = self.spec.timing
         done, settled, means = 0, 0, []
         while done < cfg.warmup_max_steps:
             before = compile_activity()
             times = self.timer.run(one, cfg.warmup_block)
-            block = mean(times)
+            block = median(times)  # like the rounds: one interrupted step must not reset the count
             done += cfg.warmup_block
             quiet = compile_activity() == before
             close = bool(means) and abs(block - means[-1]) <= means[-1] * cfg.warmup_tolerance_pct / 100
@@ -234,7 +241,12 @@ class Session:
         finally:
             gc.enable()
         # The round's median: robust to an OS interruption landing on one step of the round.
-        return {"median_ms": median(times), "times_ms": [round(t, 5) for t in times]}
+        host = self.timer.host_ms
+        return {
+            "median_ms": median(times),
+            "times_ms": [round(t, 5) for t in times],
+            "host_median_ms": median(host) if host else None,
+        }
 
     def finish(self) -> dict[str, Any]:
         if self.spec.device == "cuda":

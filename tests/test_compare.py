@@ -178,7 +178,13 @@ def test_export_failing_on_both_sides_is_a_warning_on_head_only_an_error() -> No
     ]
 
 
-def timing_result(side: str, samples: list[float], gpu: str | None = None, mem: float = 100.0) -> ProbeResult:
+def timing_result(
+    side: str,
+    samples: list[float],
+    gpu: str | None = None,
+    mem: float = 100.0,
+    host: list[float] = (),  # type: ignore[assignment]
+) -> ProbeResult:
     from perfcheck.schema import Environment, TimingMetrics
 
     metrics = TimingMetrics(
@@ -191,6 +197,7 @@ def timing_result(side: str, samples: list[float], gpu: str | None = None, mem: 
         warmup_converged=True,
         peak_memory_mb=mem,
         memory_kind="cuda_max_allocated",
+        host_issue_ms=list(host),
     )
     env = Environment(python="3.12", torch="2.11", gpu_name=gpu, gpu_count=1 if gpu else 0)
     return ProbeResult(
@@ -246,3 +253,18 @@ def test_compile_latency_budget() -> None:
     )  # type: ignore[union-attr]
     [f] = review(compile_result("base"), slow, config).findings
     assert f.category == "compile_latency_regression" and "1.5 s budget" in f.message
+
+
+def test_host_bound_noise_is_explained_in_the_inconclusive_reason() -> None:
+    import random
+
+    rng = random.Random(5)
+    base = [30 * (1 + rng.gauss(0, 0.15)) for _ in range(12)]
+    head = [30 * (1 + rng.gauss(0, 0.15)) for _ in range(12)]
+    result = review(timing_result("base", base, host=base), timing_result("head", head, host=head))
+    assert result.verdict == "inconclusive"
+    assert any("host-bound" in why and "reduce-overhead" in why for why in result.inconclusive)
+    device_bound = review(
+        timing_result("base", base, host=[1.0] * 12), timing_result("head", head, host=[1.0] * 12)
+    )
+    assert not any("host-bound" in why for why in device_bound.inconclusive)

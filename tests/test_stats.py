@@ -87,3 +87,17 @@ def test_sequential_decision_stops_early_when_clear_and_extends_when_not() -> No
     assert sequential_decision(base[:30], noisy_head[:30], 2.3, 12, 12, 60) is None  # wants more rounds
     final = sequential_decision(base, noisy_head, 2.3, 12, 12, 60)
     assert final is not None and (final.verdict, final.rounds) == ("inconclusive", 60)
+
+
+def test_host_bound_fail_must_hold_in_both_halves() -> None:
+    from perfcheck.bot.stats import gate_verdict, is_host_bound
+
+    # Like the H200 A/A record: identical code, but the head process reads 9 % slow for one stretch.
+    base = [30.0 * (1 + 0.01 * (i % 3)) for i in range(24)]
+    head = [b * (1.09 if i < 12 else 1.0) for i, b in enumerate(base)]
+    assert gate_verdict(base, head, 2.3)[0] == "fail"
+    assert gate_verdict(base, head, 2.3, host_bound=True)[0] == "inconclusive"
+    # A real slowdown holds throughout, so it still fails.
+    steady = [b * 1.09 for b in base]
+    assert gate_verdict(base, steady, 2.3, host_bound=True)[0] == "fail"
+    assert is_host_bound([29.0, 30.0], [30.0, 31.0]) and not is_host_bound([5.0], [30.0])
