@@ -11,7 +11,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 
-from perfcheck.bot.stats import alarm, gate_verdict, is_host_bound
+from perfcheck.bot.stats import alarm, generations_verdict, is_host_bound
 from perfcheck.config import Config
 from perfcheck.schema import (
     CompileMetrics,
@@ -292,7 +292,15 @@ def _timing_findings(
         return []
     budget = config.budgets.max_throughput_regression_pct
     bound = host_bound(b) or host_bound(h)
-    verdict, est = gate_verdict(b.samples_ms, h.samples_ms, budget, config.timing.confidence, bound)
+    verdict, est, why = generations_verdict(
+        b.samples_ms,
+        h.samples_ms,
+        h.generation_rounds,
+        budget,
+        config.timing.confidence,
+        bound,
+        config.timing.confirm_fail,
+    )
     changes[wl] = TimingChange(
         ratio=est.ratio,
         ratio_low=est.ratio_low,
@@ -315,9 +323,14 @@ def _timing_findings(
         "verdict": verdict,
     }
     evidence["host_bound"] = bound
+    evidence["generation_rounds"] = h.generation_rounds
     if verdict == "inconclusive":
-        why = f"{wl}: step time {interval} straddles the {budget:g} % budget after {est.n} rounds"
-        inconclusive.append(f"{why}; {HOST_BOUND_ADVICE}" if bound else why)
+        reasons = (
+            [why] if why else [f"step time {interval} straddles the {budget:g} % budget after {est.n} rounds"]
+        )
+        if bound:
+            reasons.append(HOST_BOUND_ADVICE)
+        inconclusive.append(f"{wl}: " + "; ".join(reasons))
     if alarm(verdict, est, config.timing.alpha, bound):
         within = {"fail": "beyond", "pass": "within", "inconclusive": "not clearly within"}[verdict]
         out.append(

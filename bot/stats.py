@@ -180,6 +180,39 @@ def gate_verdict(
     return verdict, est
 
 
+def generations_verdict(
+    base: list[float],
+    head: list[float],
+    generation_rounds: list[int],
+    budget_pct: float,
+    confidence: float = 0.95,
+    host_bound: bool = False,
+    confirm_fail: bool = True,
+) -> tuple[MetricVerdict, PairedEstimate, str]:
+    """The verdict over one or two pairs of worker processes, the estimate over all rounds, and why.
+
+    A fail counts only when each pair of processes fails on its own rounds: a per-process bias
+    would have to strike twice, in the same direction, to fail a check on identical code.
+    """
+    sizes = generation_rounds or [len(base)]
+    verdicts, at = [], 0
+    for size in sizes:
+        verdicts.append(
+            gate_verdict(base[at : at + size], head[at : at + size], budget_pct, confidence, host_bound)[0]
+        )
+        at += size
+    est = paired_ratio(base, head, confidence)
+    if verdicts[0] != "fail":
+        return verdicts[0], est, ""
+    if len(verdicts) == 1:
+        if not confirm_fail:
+            return "fail", est, ""
+        return "inconclusive", est, "the slowdown was not re-checked in a fresh pair of worker processes"
+    if all(v == "fail" for v in verdicts):
+        return "fail", est, f"reproduced in {len(verdicts)} fresh pairs of worker processes"
+    return "inconclusive", est, "the slowdown did not reproduce in a fresh pair of worker processes"
+
+
 def significant_slowdown(est: PairedEstimate, alpha: float) -> bool:
     """The test rejects 'no change' at ``alpha`` and the estimate is a slowdown."""
     return est.p_value < alpha and est.ratio > 1.0

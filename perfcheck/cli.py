@@ -79,6 +79,38 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    from perfcheck.bot.actions_io import write_outputs
+    from perfcheck.bot.events import PayloadError
+    from perfcheck.bot.plan import Context, plan
+    from perfcheck.config import ConfigError, load_config
+
+    try:
+        config = load_config(args.config, None)
+        payload = args.event_path.read_bytes()
+        decided = plan(args.event_name, payload, Context(config=config))
+    except OSError as err:
+        print(f"perfcheck: {args.event_path}: cannot read the event ({err.strerror})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (ConfigError, PayloadError) as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(decided.model_dump_json(indent=2))
+    write_outputs(
+        {
+            "run": decided.run,
+            "mode": decided.mode,
+            "reason": decided.reason,
+            "head_sha": decided.head_sha,
+            "base_sha": decided.base_sha,
+            "pr_number": decided.pr_number,
+            "awaiting_approval": decided.awaiting_approval,
+            "plan": decided.model_dump_json(),
+        }
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfcheck",
@@ -136,6 +168,21 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the JSON Schema of the review result (result.json).",
     )
     schema.set_defaults(func=_cmd_schema)
+
+    plan = sub.add_parser(
+        "plan",
+        help="decide from a GitHub event whether and what to review",
+        description="Validate a webhook payload and print the plan as JSON: run or skip, why, which commits. "
+        "Inside Actions it also writes step outputs. This command makes no API calls: what needs the API "
+        "(changed files, a commenter's permission, the PR's head commit) is treated as unknown, so "
+        "slash commands are refused rather than trusted.",
+    )
+    plan.add_argument("--event-name", required=True, help="the event, e.g. $GITHUB_EVENT_NAME")
+    plan.add_argument(
+        "--event-path", type=Path, required=True, help="the payload file, e.g. $GITHUB_EVENT_PATH"
+    )
+    plan.add_argument("--config", type=Path, help="settings file (for the paths filter)")
+    plan.set_defaults(func=_cmd_plan)
 
     render = sub.add_parser(
         "render",

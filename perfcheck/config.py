@@ -110,6 +110,9 @@ class TimingConfig(_Section):
     )
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
     alpha: float = Field(default=0.01, gt=0, lt=0.5, description="significance level of the signed-rank test")
+    confirm_fail: bool = Field(
+        default=True, description="a fail must reproduce in a fresh pair of worker processes"
+    )
 
 
 class Config(_Section):

@@ -102,6 +102,10 @@ class TimingMetrics(_Strict):
     host_issue_ms: list[float] = Field(
         default=[], description="GPU only: median host time to issue a step, per round"
     )
+    generation_rounds: list[int] = Field(
+        default=[],
+        description="rounds per pair of worker processes, in order; a fail is re-checked in a fresh pair",
+    )
 
 
 class ExportMetrics(_Strict):

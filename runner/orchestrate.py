@@ -83,6 +83,8 @@ def cache_env(stem: str) -> dict[str, str]:
         "PYTHONUNBUFFERED": "1",
         # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
         "PYTHONSAFEPATH": "1",
+        # Both sides hash alike: dict layout is one of the ways two runs of identical code differ.
+        "PYTHONHASHSEED": "0",
         # A fresh compiler cache per process keeps "cold compile" cold and the sides independent.
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         "TRITON_CACHE_DIR": str(cache / "triton"),

@@ -13,11 +13,11 @@ import select
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from perfcheck.bot.stats import is_host_bound, sequential_decision
+from perfcheck.bot.stats import Decision, is_host_bound, sequential_decision
 from perfcheck.runner.orchestrate import SideSetup, cache_env
 from perfcheck.schema import Environment, ProbeResult, TimingMetrics
 from perfcheck.spec import ProbeSpec
@@ -27,13 +27,14 @@ class WorkerFailed(Exception):
     def __init__(self, status: str, message: str) -> None:
         super().__init__(message)
         self.status = status
+        self.side = ""  # set by whoever knows which side's worker it was
 
 
 class TimingWorker:
     """One side's worker process and its command/reply pipes."""
 
-    def __init__(self, spec: ProbeSpec, python: str, workdir: Path) -> None:
-        stem = f"{spec.side}-{spec.workload.name}-timing"
+    def __init__(self, spec: ProbeSpec, python: str, workdir: Path, tag: str = "") -> None:
+        stem = f"{spec.side}-{spec.workload.name}-timing{tag}"
         spec_path = workdir / f"{stem}.spec.json"
         spec_path.write_text(spec.model_dump_json())
         self.log_path = workdir / f"{stem}.log"
@@ -155,58 +156,61 @@ def _failed(spec: ProbeSpec, err: WorkerFailed, duration: float) -> ProbeResult:
     )  # type: ignore[arg-type]
 
 
-def run_paired(
-    base_spec: ProbeSpec,
-    head_spec: ProbeSpec,
-    base: SideSetup,
-    head: SideSetup,
+@dataclass
+class _Generation:
+    """One pair of worker processes and what they measured."""
+
+    setups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    samples: dict[str, list[float]] = field(default_factory=lambda: {"base": [], "head": []})
+    host: dict[str, list[float]] = field(default_factory=lambda: {"base": [], "head": []})
+    finishes: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _ask(
+    workers: dict[str, TimingWorker], side: str, cmd: str, timeout: float, **args: Any
+) -> dict[str, Any]:
+    try:
+        return workers[side].ask(cmd, timeout, **args)
+    except WorkerFailed as err:
+        err.side = side
+        raise
+
+
+def _generation(
+    specs: dict[str, ProbeSpec],
+    sides: dict[str, SideSetup],
     workdir: Path,
+    tag: str,
     budget_pct: float,
-    on_round: Any = None,
-) -> PairedTiming:
-    """Time both sides in alternating rounds; returns one ProbeResult per side, never raises for them."""
-    cfg = head_spec.timing
-    timeout = head_spec.workload.timeout_s
-    start = time.monotonic()
-    specs = {"base": base_spec, "head": head_spec}
-    workers = {
-        "base": TimingWorker(base_spec, base.python, workdir),
-        "head": TimingWorker(head_spec, head.python, workdir),
-    }
-    setups: dict[str, dict[str, Any]] = {}
-    failed: dict[str, WorkerFailed] = {}
-    samples: dict[str, list[float]] = {"base": [], "head": []}
-    host: dict[str, list[float]] = {"base": [], "head": []}
+    on_round: Any,
+) -> tuple[_Generation, Decision | None]:
+    cfg, timeout = specs["head"].timing, specs["head"].workload.timeout_s
+    gen = _Generation()
+    workers = {side: TimingWorker(specs[side], sides[side].python, workdir, tag) for side in ("base", "head")}
     try:
         # Both compile at once: compiling is mostly host work, and it halves the wait.
         for side, worker in workers.items():
             try:
                 worker.send("setup")
             except WorkerFailed as err:
-                failed[side] = err
-        for side, worker in workers.items():
-            if side not in failed:
-                try:
-                    setups[side] = worker.receive(timeout)
-                except WorkerFailed as err:
-                    failed[side] = err
-        if failed:
-            raise next(iter(failed.values()))
-        # Warm-up one side at a time: a steady state measured while the other compiles is not one.
+                err.side = side
+                raise
         for side, worker in workers.items():
             try:
-                setups[side] |= worker.ask("warmup", timeout)
+                gen.setups[side] = worker.receive(timeout)
             except WorkerFailed as err:
-                failed[side] = err
+                err.side = side
                 raise
+        # Warm-up one side at a time: a steady state measured while the other compiles is not one.
+        for side in workers:
+            gen.setups[side] |= _ask(workers, side, "warmup", timeout)
         timed_since = time.monotonic()
         while True:
-            bound = is_host_bound(host["base"], samples["base"]) or is_host_bound(
-                host["head"], samples["head"]
-            )
+            s, h = gen.samples, gen.host
+            bound = is_host_bound(h["base"], s["base"]) or is_host_bound(h["head"], s["head"])
             decision = sequential_decision(
-                samples["base"],
-                samples["head"],
+                s["base"],
+                s["head"],
                 budget_pct,
                 cfg.min_rounds,
                 cfg.extra_rounds,
@@ -216,32 +220,51 @@ def run_paired(
             )
             if decision is not None or time.monotonic() - timed_since > cfg.time_budget_s:
                 break
-            order = ("base", "head") if len(samples["head"]) % 2 == 0 else ("head", "base")
-            for side in order:
-                try:
-                    answer = workers[side].ask("round", timeout, steps=cfg.steps_per_round)
-                except WorkerFailed as err:
-                    failed[side] = err
-                    raise
-                samples[side].append(round(answer["median_ms"], 5))
+            for side in ("base", "head") if len(s["head"]) % 2 == 0 else ("head", "base"):
+                answer = _ask(workers, side, "round", timeout, steps=cfg.steps_per_round)
+                s[side].append(round(answer["median_ms"], 5))
                 if answer.get("host_median_ms") is not None:
-                    host[side].append(round(answer["host_median_ms"], 5))
+                    h[side].append(round(answer["host_median_ms"], 5))
             if on_round is not None:
-                on_round(len(samples["head"]))
-        finishes = {side: workers[side].ask("finish", timeout) for side in workers}
-        elapsed = time.monotonic() - start
-        return PairedTiming(
-            *(
-                _result(specs[s], setups[s], samples[s], host[s], finishes[s], elapsed)
-                for s in ("base", "head")
-            )
-        )
+                on_round(len(s["head"]))
+        gen.finishes = {side: _ask(workers, side, "finish", timeout) for side in workers}
+        return gen, decision
+    finally:
+        for worker in workers.values():
+            worker.close()
+
+
+def run_paired(
+    base_spec: ProbeSpec,
+    head_spec: ProbeSpec,
+    base: SideSetup,
+    head: SideSetup,
+    workdir: Path,
+    budget_pct: float,
+    on_round: Any = None,
+) -> PairedTiming:
+    """Time both sides in alternating rounds; returns one ProbeResult per side, never raises for them.
+
+    Two processes running identical code can differ by several percent for their whole life
+    (memory layout, placement): a bias no pairing of rounds cancels. So a fail must reproduce in a
+    second, fresh pair of workers (``timing.confirm_fail``); passes cost one pair only.
+    """
+    start = time.monotonic()
+    specs = {"base": base_spec, "head": head_spec}
+    sides = {"base": base, "head": head}
+    gens: list[_Generation] = []
+    try:
+        for n in range(2 if head_spec.timing.confirm_fail else 1):
+            gen, decision = _generation(specs, sides, workdir, f"-g{n + 1}", budget_pct, on_round)
+            gens.append(gen)
+            if decision is None or decision.verdict != "fail":
+                break
     except WorkerFailed as err:
         elapsed = time.monotonic() - start
         results = {}
         for side in ("base", "head"):
-            if side in failed:
-                results[side] = _failed(specs[side], failed[side], elapsed)
+            if side == err.side:
+                results[side] = _failed(specs[side], err, elapsed)
             else:
                 # The other side is fine but has nothing to be compared with: skipped, with why.
                 results[side] = ProbeResult(
@@ -253,6 +276,25 @@ def run_paired(
                     message=f"not compared: the other side's timing worker failed ({err.status})",
                 )
         return PairedTiming(results["base"], results["head"])
-    finally:
-        for worker in workers.values():
-            worker.close()
+    elapsed = time.monotonic() - start
+    return PairedTiming(*(_merged(specs[s], gens, s, elapsed) for s in ("base", "head")))
+
+
+def _merged(spec: ProbeSpec, gens: list[_Generation], side: str, elapsed: float) -> ProbeResult:
+    first = gens[0]
+    finish = {
+        "peak_memory_mb": max(g.finishes[side]["peak_memory_mb"] for g in gens),
+        "memory_kind": first.finishes[side]["memory_kind"],
+        "recompiles_during_timing": sum(g.finishes[side]["recompiles_during_timing"] for g in gens),
+    }
+    result = _result(
+        spec,
+        first.setups[side],
+        [x for g in gens for x in g.samples[side]],
+        [x for g in gens for x in g.host[side]],
+        finish,
+        elapsed,
+    )
+    assert result.timing is not None
+    timing = result.timing.model_copy(update={"generation_rounds": [len(g.samples[side]) for g in gens]})
+    return result.model_copy(update={"timing": timing})

@@ -12,7 +12,7 @@ from conftest import DEMO, model_tree, write_tree
 
 from perfcheck.cli import build_parser, main
 
-SUBCOMMANDS = ["review", "schema", "render"]
+SUBCOMMANDS = ["review", "schema", "render", "plan"]
 
 
 def perfcheck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -119,3 +119,58 @@ def test_render_rejects_a_result_that_does_not_validate(tmp_path: Path) -> None:
     done = perfcheck("render", str(bad))
     assert done.returncode == 2
     assert "verdict" in done.stderr and "not a valid perfcheck document" in done.stderr
+
+
+WEBHOOKS = Path(__file__).parent / "data" / "webhooks"
+
+
+def test_plan_prints_json_and_writes_step_outputs(tmp_path: Path) -> None:
+    import os
+
+    payload = next(
+        e for e in json.loads((WEBHOOKS / "pull_request.json").read_text()) if e["action"] == "opened"
+    )
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(payload))
+    outputs = tmp_path / "outputs"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfcheck",
+            "plan",
+            "--event-name",
+            "pull_request",
+            "--event-path",
+            str(event),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "GITHUB_OUTPUT": str(outputs)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["run"] is True
+    written = outputs.read_text()
+    assert "run<<perfcheck_" in written and f"\n{payload['pull_request']['head']['sha']}\n" in written
+
+
+def test_plan_refuses_a_broken_payload(tmp_path: Path) -> None:
+    event = tmp_path / "event.json"
+    event.write_text('{"action": "opened"}')
+    done = perfcheck("plan", "--event-name", "pull_request", "--event-path", str(event))
+    assert done.returncode == 2 and "missing what perfcheck needs" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_outputs_cannot_be_injected_by_event_text() -> None:
+    from perfcheck.bot.actions_io import format_outputs
+
+    hostile = "x\nrun=true\nperfcheck_0000000000000000"
+    text = format_outputs({"reason": hostile, "run": False})
+    key, rest = text.split("<<", 1)
+    delimiter = rest.split("\n", 1)[0]
+    assert key == "reason" and delimiter not in hostile
+    # the value ends only at its own delimiter; the forged line stays inside it
+    assert text.index("run=true") < text.index(f"\n{delimiter}\n")

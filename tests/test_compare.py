@@ -184,6 +184,7 @@ def timing_result(
     gpu: str | None = None,
     mem: float = 100.0,
     host: list[float] = (),  # type: ignore[assignment]
+    generations: list[int] = (),  # type: ignore[assignment]
 ) -> ProbeResult:
     from perfcheck.schema import Environment, TimingMetrics
 
@@ -198,6 +199,7 @@ def timing_result(
         peak_memory_mb=mem,
         memory_kind="cuda_max_allocated",
         host_issue_ms=list(host),
+        generation_rounds=list(generations),
     )
     env = Environment(python="3.12", torch="2.11", gpu_name=gpu, gpu_count=1 if gpu else 0)
     return ProbeResult(
@@ -223,12 +225,33 @@ def test_timings_on_different_hardware_are_not_compared() -> None:
 
 
 def test_a_clear_slowdown_fails_with_its_interval() -> None:
-    base = [10.0 + 0.01 * i for i in range(12)]
-    result = review(timing_result("base", base), timing_result("head", [b * 1.15 for b in base]))
+    base = [10.0 + 0.01 * i for i in range(24)]
+    slower = [b * 1.15 for b in base]
+    result = review(
+        timing_result("base", base, generations=[12, 12]), timing_result("head", slower, generations=[12, 12])
+    )
     [f] = result.findings
     assert (f.category, f.severity) == ("throughput_regression", "error")
     assert "+15.0 %" in f.message and "95% CI" in f.message
     assert result.timing_changes["w"].verdict == "fail"
+
+
+def test_a_fail_seen_by_one_pair_of_processes_is_not_enough() -> None:
+    base = [10.0 + 0.01 * i for i in range(24)]
+    # the first pair of workers reads head 15 % slow; a fresh pair finds them equal
+    head = [b * (1.15 if i < 12 else 1.0) for i, b in enumerate(base)]
+    result = review(
+        timing_result("base", base, generations=[12, 12]), timing_result("head", head, generations=[12, 12])
+    )
+    assert result.verdict == "inconclusive"
+    assert any("did not reproduce in a fresh pair" in why for why in result.inconclusive)
+    unconfirmed = review(timing_result("base", base[:12]), timing_result("head", head[:12]))
+    assert unconfirmed.verdict == "inconclusive"
+    assert any("not re-checked" in why for why in unconfirmed.inconclusive)
+    config = parse_config("timing: {confirm_fail: false}", "c.yml")
+    assert (
+        review(timing_result("base", base[:12]), timing_result("head", head[:12]), config).verdict == "fail"
+    )
 
 
 def test_a_significant_slowdown_within_budget_warns() -> None:

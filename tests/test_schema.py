@@ -98,6 +98,7 @@ def test_bot_side_imports_without_torch() -> None:
         "import sys; sys.modules['torch'] = None\n"
         "import perfcheck.schema, perfcheck.config, perfcheck.spec, perfcheck.cli\n"
         "import perfcheck.bot.compare, perfcheck.bot.render, perfcheck.bot.markdown, perfcheck.bot.causes\n"
+        "import perfcheck.bot.plan, perfcheck.bot.events, perfcheck.bot.command, perfcheck.bot.actions_io\n"
         "import perfcheck.runner.orchestrate, perfcheck.runner.workloads, perfcheck.review\n"
         "perfcheck.cli.main(['schema'])\n"
     )

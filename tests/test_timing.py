@@ -101,6 +101,8 @@ def test_doing_the_work_twice_fails(review: ReviewFn, tmp_path: Path) -> None:
     assert slower.severity == "error" and result.verdict == "fail"
     assert 1.5 < slower.evidence["ratio"] < 2.6
     assert "CI" in slower.message and "budget" in slower.message
+    # the fail was re-checked, and held, in a second fresh pair of worker processes
+    assert len(slower.evidence["generation_rounds"]) == 2
 
 
 def test_wild_noise_is_inconclusive_not_fail(review: ReviewFn, tmp_path: Path) -> None:

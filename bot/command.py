@@ -1,0 +1,99 @@
+"""The `/perfcheck` slash command: parsed from the first line of a PR comment, never executed.
+
+The parser raises instead of exiting, so a malformed command becomes a reply with the usage.
+Torch-free, and no shell ever sees the text: it is split with shlex and matched here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from dataclasses import dataclass
+
+from perfcheck.config import PROBE_NAMES
+from perfcheck.schema import CATEGORIES
+
+PREFIX = "/perfcheck"
+
+USAGE = f"""\
+`{PREFIX}` or `{PREFIX} run [--workloads a,b] [--probes {",".join(PROBE_NAMES)}] [--device cpu|cuda]`
+: review this PR's head commit now (from a fork: approves probing this commit on self-hosted runners)
+`{PREFIX} ack CATEGORY [WORKLOAD] -- REASON`
+: accept a known change (e.g. `export_ir_changed mlp -- new fused op`), recorded with who, when and the commit
+`{PREFIX} help`
+: this message"""
+
+
+class CommandError(ValueError):
+    """The comment starts with /perfcheck but is not a valid command; the message says why."""
+
+
+@dataclass(frozen=True)
+class Command:
+    verb: str  # run | ack | help
+    workloads: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
+    device: str | None = None
+    category: str | None = None
+    workload: str | None = None
+    reason: str | None = None
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise CommandError(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> None:  # type: ignore[override]
+        raise CommandError(message or "")
+
+
+def _csv(value: str) -> tuple[str, ...]:
+    return tuple(v for v in (x.strip() for x in value.split(",")) if v)
+
+
+def _run_parser() -> _Parser:
+    parser = _Parser(prog=f"{PREFIX} run", add_help=False)
+    parser.add_argument("--workloads", type=_csv, default=())
+    parser.add_argument("--probes", type=_csv, default=())
+    parser.add_argument("--device", choices=("cpu", "cuda"))
+    return parser
+
+
+def parse_command(body: str) -> Command | None:
+    """The command on the comment's first line; None when the comment is not a command at all."""
+    first = body.strip().splitlines()[0].strip() if body.strip() else ""
+    if first != PREFIX and not first.startswith(PREFIX + " "):
+        return None
+    try:
+        words = shlex.split(first[len(PREFIX) :])
+    except ValueError as err:
+        raise CommandError(f"cannot read the command: {err}") from None
+    verb = words[0] if words else "run"
+    rest = words[1:]
+    if verb == "help":
+        if rest:
+            raise CommandError("`help` takes no arguments")
+        return Command(verb="help")
+    if verb == "run" or verb.startswith("--"):
+        args = _run_parser().parse_args(rest if verb == "run" else words)
+        unknown = [p for p in args.probes if p not in PROBE_NAMES]
+        if unknown:
+            raise CommandError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBE_NAMES)}")
+        return Command(verb="run", workloads=args.workloads, probes=args.probes, device=args.device)
+    if verb == "ack":
+        if "--" not in rest:
+            raise CommandError(
+                "`ack` needs a reason after `--`: `/perfcheck ack CATEGORY [WORKLOAD] -- REASON`"
+            )
+        split = rest.index("--")
+        head, reason = rest[:split], " ".join(rest[split + 1 :]).strip()
+        if not head or len(head) > 2:
+            raise CommandError("`ack` takes a CATEGORY and optionally a WORKLOAD before `--`")
+        if head[0] not in CATEGORIES:
+            raise CommandError(f"unknown category {head[0]!r}; categories: {', '.join(CATEGORIES)}")
+        if not reason:
+            raise CommandError("`ack` needs a reason after `--`")
+        return Command(
+            verb="ack", category=head[0], workload=head[1] if len(head) == 2 else None, reason=reason
+        )
+    raise CommandError(f"unknown command {verb!r}")

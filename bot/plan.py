@@ -1,0 +1,327 @@
+"""Decide what a GitHub event asks of perfcheck: run or not, why, and on which commits.
+
+Pure functions, one per event, behind one router. What needs the API (changed files, the
+commenter's permission, the PR's head commit right now) is looked up at the edge and passed in
+as a Context: a decision never trusts `author_association` or anything else the event claims
+about permissions.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from perfcheck.bot.command import USAGE, Command, CommandError, parse_command
+from perfcheck.bot.events import (
+    CheckRunEvent,
+    IssueCommentEvent,
+    MergeGroupEvent,
+    PullRequest,
+    PullRequestEvent,
+    RepositoryDispatchEvent,
+    WorkflowDispatchEvent,
+    WorkflowRunEvent,
+    parse_event,
+)
+from perfcheck.config import Config
+
+# Collaborator permissions, weakest first; the API's `role_name` adds triage and maintain.
+PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
+PR_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review", "labeled")
+
+
+class Ack(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    category: str
+    workload: str | None
+    reason: str
+    by: str
+    sha: str | None
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    run: bool
+    reason: str
+    event: str
+    action: str | None = None
+    mode: Literal["probe", "publish"] = "probe"
+    repository: str
+    pr_number: int | None = None
+    head_sha: str | None = None
+    base_sha: str | None = None
+    workloads: list[str] = []
+    probes: list[str] = []
+    device: str | None = None
+    awaiting_approval: bool = False
+    ack: Ack | None = None
+    reply: str | None = None
+    reaction: Literal["eyes", "confused"] | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the edge looked up through the API before deciding."""
+
+    config: Config = field(default_factory=Config)
+    changed_files: tuple[str, ...] | None = None  # None: not looked up
+    files_complete: bool = True  # False when the PR has more files than the API lists
+    commenter_permission: str | None = None  # from the collaborator-permission endpoint
+    pull: PullRequest | None = None  # the PR as the API shows it now (comments carry no SHAs)
+    required_permission: str = "write"
+    rerun_label: str = "perfcheck"
+
+
+@cache
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    out, i = "", 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out, i = out + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            out, i = out + ".*", i + 2
+        elif pattern[i] == "*":
+            out, i = out + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            out, i = out + "[^/]", i + 1
+        else:
+            out, i = out + re.escape(pattern[i]), i + 1
+    return re.compile(out + r"\Z")
+
+
+def matching_files(files: tuple[str, ...], globs: list[str]) -> list[str]:
+    return [f for f in files if any(_glob_regex(g).match(f) for g in globs)]
+
+
+def has_permission(granted: str | None, required: str) -> bool:
+    if granted not in PERMISSIONS:
+        return False
+    return PERMISSIONS.index(granted) >= PERMISSIONS.index(required)
+
+
+def _skip(event: str, action: str | None, repo: str, reason: str, **extra: Any) -> Plan:
+    return Plan(run=False, reason=reason, event=event, action=action, repository=repo, **extra)
+
+
+def plan_pull_request(ev: PullRequestEvent, ctx: Context) -> Plan:
+    pr, repo = ev.pull_request, ev.repository.full_name
+    where = {"pr_number": pr.number, "head_sha": pr.head.sha, "base_sha": pr.base.sha}
+    if ev.action not in PR_ACTIONS:
+        return _skip("pull_request", ev.action, repo, f"`{ev.action}` does not change what would be reviewed")
+    if ev.action == "labeled" and (ev.label is None or ev.label.name != ctx.rerun_label):
+        return _skip("pull_request", ev.action, repo, f"only the `{ctx.rerun_label}` label asks for a review")
+    if pr.state != "open":
+        return _skip("pull_request", ev.action, repo, "the pull request is not open", **where)
+    if pr.draft:
+        return _skip("pull_request", ev.action, repo, "draft: reviewed once marked ready for review", **where)
+    if pr.from_fork:
+        return _skip(
+            "pull_request",
+            ev.action,
+            repo,
+            "from a fork: its code runs on self-hosted runners only after someone with write permission "
+            f"comments `/perfcheck`, which approves that commit ({pr.head.sha[:7]}) alone",
+            awaiting_approval=True,
+            **where,
+        )
+    # A PR with more files than the API lists is reviewed, never skipped on a partial list.
+    if (
+        ctx.changed_files is not None
+        and ctx.files_complete
+        and not matching_files(ctx.changed_files, ctx.config.paths)
+    ):
+        return _skip(
+            "pull_request",
+            ev.action,
+            repo,
+            f"none of the {len(ctx.changed_files)} changed files matches `paths`",
+            **where,
+        )
+    return Plan(
+        run=True,
+        reason=f"pull request {ev.action}",
+        event="pull_request",
+        action=ev.action,
+        repository=repo,
+        **where,
+    )
+
+
+def _refuse(ev: IssueCommentEvent, reason: str, reply: str) -> Plan:
+    return _skip(
+        "issue_comment",
+        ev.action,
+        ev.repository.full_name,
+        reason,
+        pr_number=ev.issue.number,
+        reply=reply,
+        reaction="confused",
+    )
+
+
+def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
+    repo, who = ev.repository.full_name, ev.comment.user.login
+    pull = ctx.pull
+    sha = pull.head.sha if pull else None
+    common: dict[str, Any] = {
+        "event": "issue_comment",
+        "action": ev.action,
+        "repository": repo,
+        "pr_number": ev.issue.number,
+        "reaction": "eyes",
+    }
+    if cmd.verb == "help":
+        return Plan(run=False, reason="help", reply=USAGE, **common)
+    if cmd.verb == "ack":
+        ack = Ack(
+            category=cmd.category or "", workload=cmd.workload, reason=cmd.reason or "", by=who, sha=sha
+        )
+        return Plan(run=False, reason=f"{who} acknowledged {cmd.category}", ack=ack, **common)
+    if pull is None:
+        return Plan(
+            run=False, reason="the pull request was not looked up, so there is no commit to pin", **common
+        )
+    return Plan(
+        run=True,
+        reason=f"/perfcheck by {who}, pinned to {pull.head.sha[:7]}",
+        head_sha=pull.head.sha,
+        base_sha=pull.base.sha,
+        workloads=list(cmd.workloads),
+        probes=list(cmd.probes),
+        device=cmd.device,
+        **common,
+    )
+
+
+def plan_issue_comment(ev: IssueCommentEvent, ctx: Context) -> Plan:
+    repo = ev.repository.full_name
+    if ev.action != "created":
+        return _skip(
+            "issue_comment", ev.action, repo, "only new comments are commands (edits could rewrite history)"
+        )
+    if ev.issue.pull_request is None:
+        return _skip("issue_comment", ev.action, repo, "a comment on an issue, not a pull request")
+    if ev.comment.user.is_bot:
+        return _skip("issue_comment", ev.action, repo, "comments by bots are not commands")
+    try:
+        cmd = parse_command(ev.comment.body)
+    except CommandError as err:
+        return _refuse(ev, f"malformed command: {err}", f"{err}\n\n{USAGE}")
+    if cmd is None:
+        return _skip("issue_comment", ev.action, repo, "not a /perfcheck command")
+    if cmd.verb != "help" and not has_permission(ctx.commenter_permission, ctx.required_permission):
+        return _refuse(
+            ev,
+            f"{ev.comment.user.login} has {ctx.commenter_permission or 'no known'} permission",
+            f"`/perfcheck {cmd.verb}` needs {ctx.required_permission} permission on this repository.",
+        )
+    return _accepted(ev, cmd, ctx)
+
+
+def plan_check_run(ev: CheckRunEvent, ctx: Context) -> Plan:
+    repo, run = ev.repository.full_name, ev.check_run
+    if ev.action != "rerequested":
+        return _skip("check_run", ev.action, repo, f"`{ev.action}` is not a request to re-run")
+    pr = run.pull_requests[0] if run.pull_requests else None
+    return Plan(
+        run=True,
+        reason=f"re-run requested by {ev.sender.login}",
+        event="check_run",
+        action=ev.action,
+        repository=repo,
+        pr_number=pr.number if pr else None,
+        head_sha=run.head_sha,
+        base_sha=pr.base.sha if pr else None,
+    )
+
+
+def _dispatch_plan(
+    event: str, action: str | None, repo: str, sha: str | None, inputs: dict[str, Any]
+) -> Plan:
+    def words(key: str) -> list[str]:
+        value = inputs.get(key) or ""
+        return [w.strip() for w in str(value).split(",") if w.strip()]
+
+    pr = inputs.get("pr") or inputs.get("pr_number")
+    return Plan(
+        run=True,
+        reason=f"{event} requested",
+        event=event,
+        action=action,
+        repository=repo,
+        head_sha=str(inputs.get("sha") or sha or "") or None,
+        pr_number=int(pr) if str(pr or "").isdigit() else None,
+        workloads=words("workloads"),
+        probes=words("probes"),
+        device=str(inputs["device"]) if inputs.get("device") in ("cpu", "cuda") else None,
+    )
+
+
+def plan_workflow_dispatch(ev: WorkflowDispatchEvent, ctx: Context) -> Plan:
+    return _dispatch_plan("workflow_dispatch", None, ev.repository.full_name, None, ev.inputs or {})
+
+
+def plan_repository_dispatch(ev: RepositoryDispatchEvent, ctx: Context) -> Plan:
+    return _dispatch_plan(
+        "repository_dispatch", ev.action, ev.repository.full_name, None, ev.client_payload or {}
+    )
+
+
+def plan_workflow_run(ev: WorkflowRunEvent, ctx: Context) -> Plan:
+    repo, run = ev.repository.full_name, ev.workflow_run
+    if ev.action != "completed":
+        return _skip(
+            "workflow_run", ev.action, repo, "results are published when the probe workflow completes"
+        )
+    pr = run.pull_requests[0] if run.pull_requests else None
+    return Plan(
+        run=True,
+        mode="publish",
+        reason=f"publish the results of workflow run {run.id} ({run.conclusion})",
+        event="workflow_run",
+        action=ev.action,
+        repository=repo,
+        head_sha=run.head_sha,
+        pr_number=pr.number if pr else None,
+        base_sha=pr.base.sha if pr else None,
+    )
+
+
+def plan_merge_group(ev: MergeGroupEvent, ctx: Context) -> Plan:
+    repo, group = ev.repository.full_name, ev.merge_group
+    if ev.action != "checks_requested":
+        return _skip("merge_group", ev.action, repo, f"`{ev.action}` needs no check")
+    # A required check must report on merge-queue commits too, or the queue stalls.
+    return Plan(
+        run=True,
+        reason=f"merge queue checks for {group.head_ref}",
+        event="merge_group",
+        action=ev.action,
+        repository=repo,
+        head_sha=group.head_sha,
+        base_sha=group.base_sha,
+    )
+
+
+ROUTER: dict[str, Callable[[Any, Context], Plan]] = {
+    "pull_request": plan_pull_request,
+    "pull_request_target": plan_pull_request,
+    "issue_comment": plan_issue_comment,
+    "check_run": plan_check_run,
+    "workflow_dispatch": plan_workflow_dispatch,
+    "repository_dispatch": plan_repository_dispatch,
+    "workflow_run": plan_workflow_run,
+    "merge_group": plan_merge_group,
+}
+
+
+def plan(event_name: str, payload: str | bytes | dict[str, Any], ctx: Context) -> Plan:
+    """Validate the payload (raises PayloadError) and decide."""
+    return ROUTER[event_name](parse_event(event_name, payload), ctx)

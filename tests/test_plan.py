@@ -1,0 +1,227 @@
+"""Events to plans: GitHub's own example payloads, and the security rules on top of them.
+
+tests/data/webhooks/*.json are the api.github.com examples of @octokit/webhooks-examples 7.6.1
+(MIT), one file per event, unchanged; tests derive variants from them (a fork, a PR comment).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfcheck.bot.command import CommandError, parse_command
+from perfcheck.bot.events import PayloadError, PullRequest, parse_event
+from perfcheck.bot.plan import Context, has_permission, matching_files, plan
+from perfcheck.config import parse_config
+
+WEBHOOKS = Path(__file__).parent / "data" / "webhooks"
+EVENTS = sorted(p.stem for p in WEBHOOKS.glob("*.json"))
+
+
+def examples(event: str) -> list[dict[str, Any]]:
+    return json.loads((WEBHOOKS / f"{event}.json").read_text())
+
+
+def example(event: str, action: str | None) -> dict[str, Any]:
+    return copy.deepcopy(next(e for e in examples(event) if e.get("action") == action))
+
+
+ALL = [(event, i) for event in EVENTS for i in range(len(examples(event)))]
+
+
+@pytest.mark.parametrize(("event", "index"), ALL, ids=[f"{e}-{i}" for e, i in ALL])
+def test_every_example_payload_gets_a_plan(event: str, index: int) -> None:
+    result = plan(event, examples(event)[index], Context())
+    assert result.event == event and result.reason
+    if result.run:
+        assert result.head_sha or event in ("workflow_dispatch", "repository_dispatch")
+
+
+def test_all_handled_events_have_examples() -> None:
+    assert set(EVENTS) == {
+        "pull_request",
+        "issue_comment",
+        "check_run",
+        "workflow_dispatch",
+        "repository_dispatch",
+        "workflow_run",
+        "merge_group",
+    }
+
+
+def test_opened_pr_runs_on_its_head_and_base() -> None:
+    payload = example("pull_request", "opened")
+    result = plan("pull_request", payload, Context())
+    assert result.run and result.pr_number == payload["number"]
+    assert result.head_sha == payload["pull_request"]["head"]["sha"]
+    assert result.base_sha == payload["pull_request"]["base"]["sha"]
+
+
+def fork_of(payload: dict[str, Any]) -> dict[str, Any]:
+    payload["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    return payload
+
+
+def test_fork_prs_wait_for_approval() -> None:
+    result = plan("pull_request", fork_of(example("pull_request", "opened")), Context())
+    assert not result.run and result.awaiting_approval
+    assert "write permission" in result.reason
+
+
+def test_drafts_and_unrelated_actions_are_skipped() -> None:
+    draft = example("pull_request", "opened")
+    draft["pull_request"]["draft"] = True
+    assert not plan("pull_request", draft, Context()).run
+    assert not plan("pull_request", example("pull_request", "assigned"), Context()).run
+
+
+def test_only_the_rerun_label_triggers() -> None:
+    labeled = example("pull_request", "labeled")
+    labeled["pull_request"]["state"] = "open"
+    labeled["label"]["name"] = "bug"
+    assert not plan("pull_request", labeled, Context()).run
+    labeled["label"]["name"] = "perfcheck"
+    assert plan("pull_request", labeled, Context()).run
+
+
+def test_paths_filter_with_complete_and_truncated_file_lists() -> None:
+    config = parse_config("paths: ['torch/_inductor/**', 'models/**/*.py']", "perfcheck.yml")
+    payload = example("pull_request", "opened")
+    docs_only = Context(config=config, changed_files=("README.md", "docs/x.md"))
+    assert not plan("pull_request", payload, docs_only).run
+    compiler = Context(config=config, changed_files=("README.md", "torch/_inductor/lowering.py"))
+    assert plan("pull_request", payload, compiler).run
+    truncated = Context(config=config, changed_files=("README.md",), files_complete=False)
+    assert plan("pull_request", payload, truncated).run  # more files than the API lists: reviewed
+
+
+def test_glob_semantics() -> None:
+    files = ("models/a.py", "models/deep/b.py", "modelsx/c.py", "models/readme.md")
+    assert matching_files(files, ["models/**/*.py"]) == ["models/a.py", "models/deep/b.py"]
+    assert matching_files(files, ["*.py"]) == []
+    assert matching_files(files, ["**/*.md"]) == ["models/readme.md"]
+
+
+def pr_comment(
+    body: str, login: str = "octocat", user_type: str = "User", action: str = "created"
+) -> dict[str, Any]:
+    payload = example("issue_comment", action)
+    payload["issue"]["pull_request"] = {"url": "https://api.github.com/repos/o/r/pulls/1"}
+    payload["comment"]["body"] = body
+    payload["comment"]["user"]["login"] = login
+    payload["comment"]["user"]["type"] = user_type
+    return payload
+
+
+def the_pull(sha: str = "a" * 40) -> PullRequest:
+    pr = example("pull_request", "opened")["pull_request"]
+    pr["head"]["sha"] = sha
+    return PullRequest.model_validate(pr)
+
+
+def test_a_writers_command_runs_pinned_to_the_head_at_that_moment() -> None:
+    ctx = Context(commenter_permission="write", pull=the_pull("b" * 40))
+    result = plan("issue_comment", pr_comment("/perfcheck run --workloads mlp,resnet --device cuda"), ctx)
+    assert result.run and result.head_sha == "b" * 40 and result.reaction == "eyes"
+    assert result.workloads == ["mlp", "resnet"] and result.device == "cuda"
+
+
+@pytest.mark.parametrize("permission", ["read", "triage", "none", None])
+def test_an_outsiders_command_is_refused(permission: str | None) -> None:
+    ctx = Context(commenter_permission=permission, pull=the_pull())
+    result = plan("issue_comment", pr_comment("/perfcheck"), ctx)
+    assert not result.run and result.reaction == "confused"
+    assert "needs write permission" in (result.reply or "")
+
+
+def test_association_in_the_payload_grants_nothing() -> None:
+    payload = pr_comment("/perfcheck")
+    payload["comment"]["author_association"] = "OWNER"
+    assert not plan("issue_comment", payload, Context(commenter_permission="read", pull=the_pull())).run
+
+
+def test_bots_edits_and_plain_comments_are_ignored() -> None:
+    ctx = Context(commenter_permission="admin", pull=the_pull())
+    assert not plan("issue_comment", pr_comment("/perfcheck", "ci[bot]", "Bot"), ctx).run
+    assert not plan("issue_comment", pr_comment("/perfcheck", action="edited"), ctx).run
+    quiet = plan("issue_comment", pr_comment("LGTM, but /perfcheck later?"), ctx)
+    assert not quiet.run and quiet.reaction is None
+
+
+def test_comments_on_issues_are_ignored() -> None:
+    payload = example("issue_comment", "created")
+    payload["comment"]["body"] = "/perfcheck"
+    result = plan("issue_comment", payload, Context(commenter_permission="admin"))
+    assert not result.run and "not a pull request" in result.reason
+
+
+def test_a_malformed_command_gets_the_usage_back() -> None:
+    result = plan(
+        "issue_comment",
+        pr_comment("/perfcheck run --device tpu"),
+        Context(commenter_permission="write", pull=the_pull()),
+    )
+    assert not result.run and result.reaction == "confused"
+    assert "/perfcheck ack CATEGORY" in (result.reply or "")
+
+
+def test_ack_is_recorded_with_who_and_the_sha() -> None:
+    ctx = Context(commenter_permission="maintain", pull=the_pull("c" * 40))
+    result = plan("issue_comment", pr_comment("/perfcheck ack export_ir_changed mlp -- new fused op"), ctx)
+    assert not result.run and result.ack is not None
+    assert (result.ack.category, result.ack.workload, result.ack.reason) == (
+        "export_ir_changed",
+        "mlp",
+        "new fused op",
+    )
+    assert (result.ack.by, result.ack.sha) == ("octocat", "c" * 40)
+
+
+def test_merge_queue_and_rerun_and_publish() -> None:
+    group = plan("merge_group", example("merge_group", "checks_requested"), Context())
+    assert group.run and group.head_sha and group.base_sha
+    rerun = plan("check_run", example("check_run", "rerequested"), Context())
+    assert rerun.run and rerun.head_sha
+    publish = plan("workflow_run", example("workflow_run", "completed"), Context())
+    assert publish.run and publish.mode == "publish"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("/perfcheck fly", "unknown command"),
+        ("/perfcheck ack made_up -- x", "unknown category"),
+        ("/perfcheck ack recompile", "needs a reason"),
+        ("/perfcheck run --probes speed", "unknown probe"),
+        ("/perfcheck run 'unclosed", "cannot read"),
+    ],
+)
+def test_command_errors(body: str, message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        parse_command(body)
+
+
+def test_command_is_only_read_from_the_first_line() -> None:
+    assert parse_command("please review\n/perfcheck") is None
+    assert parse_command("/perfcheck\nsecond line is prose").verb == "run"  # type: ignore[union-attr]
+    assert parse_command("/perfcheckers unite") is None
+
+
+def test_permission_ranking() -> None:
+    assert has_permission("admin", "write") and has_permission("write", "write")
+    assert not has_permission("triage", "write") and not has_permission("bogus", "read")
+
+
+def test_bad_payloads_are_refused_clearly() -> None:
+    with pytest.raises(PayloadError, match=r"pull_request\.head"):
+        broken = example("pull_request", "opened")
+        del broken["pull_request"]["head"]
+        parse_event("pull_request", broken)
+    with pytest.raises(PayloadError, match="not handled"):
+        parse_event("star", {})
+    with pytest.raises(PayloadError, match="not JSON"):
+        parse_event("pull_request", "{nope")
