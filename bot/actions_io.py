@@ -1,4 +1,4 @@
-"""GitHub Actions' file-based outputs: step outputs and the job summary.
+"""GitHub Actions' file-based step outputs.
 
 Values can come from events (branch names, logins, reasons), so every value is written with a
 heredoc delimiter that no value contains: a newline in a value can never start another output.
@@ -30,13 +30,4 @@ def write_outputs(values: Mapping[str, object], environ: Mapping[str, str] = os.
         return False
     with Path(target).open("a", encoding="utf-8") as f:
         f.write(format_outputs(values))
-    return True
-
-
-def append_summary(markdown: str, environ: Mapping[str, str] = os.environ) -> bool:
-    target = environ.get("GITHUB_STEP_SUMMARY")
-    if not target:
-        return False
-    with Path(target).open("a", encoding="utf-8") as f:
-        f.write(markdown.rstrip("\n") + "\n")
     return True

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 
 from perfcheck.config import PROBE_NAMES as ALL_PROBES
 from perfcheck.config import Config, WorkloadConfig
@@ -208,7 +209,5 @@ def run_review(
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:
     if base.timing and head.timing:
         b, h = base.timing.samples_ms, head.timing.samples_ms
-        return (
-            f"ok, {len(h)} rounds, median {sorted(b)[len(b) // 2]:.3f} → {sorted(h)[len(h) // 2]:.3f} ms/step"
-        )
+        return f"ok, {len(h)} rounds, median {median(b):.3f} → {median(h):.3f} ms/step"
     return "; ".join(f"{r.side} {_outcome(r)}" for r in (base, head))

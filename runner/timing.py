@@ -114,6 +114,7 @@ def _result(
     setup: dict[str, Any],
     samples: list[float],
     host: list[float],
+    generation_rounds: list[int],
     finish: dict[str, Any],
     duration: float,
 ) -> ProbeResult:
@@ -132,6 +133,7 @@ def _result(
         recompiles_during_timing=finish["recompiles_during_timing"],
         planted_slowdown_pct=spec.planted_slowdown_pct,
         host_issue_ms=host,
+        generation_rounds=generation_rounds,
     )
     return ProbeResult(
         probe="timing",
@@ -287,14 +289,12 @@ def _merged(spec: ProbeSpec, gens: list[_Generation], side: str, elapsed: float)
         "memory_kind": first.finishes[side]["memory_kind"],
         "recompiles_during_timing": sum(g.finishes[side]["recompiles_during_timing"] for g in gens),
     }
-    result = _result(
+    return _result(
         spec,
         first.setups[side],
         [x for g in gens for x in g.samples[side]],
         [x for g in gens for x in g.host[side]],
+        [len(g.samples[side]) for g in gens],
         finish,
         elapsed,
     )
-    assert result.timing is not None
-    timing = result.timing.model_copy(update={"generation_rounds": [len(g.samples[side]) for g in gens]})
-    return result.model_copy(update={"timing": timing})
