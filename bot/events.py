@@ -28,6 +28,7 @@ class User(_Payload):
 class Repository(_Payload):
     full_name: str
     fork: bool = False
+    default_branch: str | None = None
 
 
 class Label(_Payload):

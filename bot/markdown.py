@@ -69,3 +69,13 @@ def cap(body: str, limit: int, pointer: str) -> str:
     closers += "\n</details>" * max(0, head.count("<details>") - head.count("</details>"))
     head = head[: room - len(closers)] if len(head) + len(closers) > room else head
     return f"{head}{closers}\n\n{pointer}"
+
+
+def url(value: str) -> str:
+    """A link target that cannot break out of ``[text](...)``; only http(s) links are kept."""
+    from urllib.parse import quote
+
+    s = str(value).strip()
+    if not s.lower().startswith(("https://", "http://")):
+        return "#"
+    return quote(s, safe=":/?#[]@!$&'*+,;=%-._~")

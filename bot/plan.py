@@ -55,6 +55,7 @@ class Plan(BaseModel):
     mode: Literal["probe", "publish"] = "probe"
     repository: str
     pr_number: int | None = None
+    comment_id: int | None = None  # the command's comment, for the reaction
     head_sha: str | None = None
     base_sha: str | None = None
     workloads: list[str] = []
@@ -75,8 +76,14 @@ class Context:
     files_complete: bool = True  # False when the PR has more files than the API lists
     commenter_permission: str | None = None  # from the collaborator-permission endpoint
     pull: PullRequest | None = None  # the PR as the API shows it now (comments carry no SHAs)
-    required_permission: str = "write"
-    rerun_label: str = "perfcheck"
+
+    @property
+    def required_permission(self) -> str:
+        return self.config.github.command_permission
+
+    @property
+    def rerun_label(self) -> str:
+        return self.config.github.rerun_label
 
 
 @cache
@@ -161,6 +168,7 @@ def _refuse(ev: IssueCommentEvent, reason: str, reply: str) -> Plan:
         ev.repository.full_name,
         reason,
         pr_number=ev.issue.number,
+        comment_id=ev.comment.id,
         reply=reply,
         reaction="confused",
     )
@@ -175,6 +183,7 @@ def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
         "action": ev.action,
         "repository": repo,
         "pr_number": ev.issue.number,
+        "comment_id": ev.comment.id,
         "reaction": "eyes",
     }
     if cmd.verb == "help":

@@ -31,6 +31,10 @@ _TITLES = {
 }
 
 
+def finding_title(category: str) -> str:
+    return _TITLES.get(category, category.replace("_", " "))
+
+
 def templates_dir() -> Path:
     from perfcheck import templates
 
@@ -220,13 +224,18 @@ def _env(custom: Path | None) -> jinja2.Environment:
     return env
 
 
-def render_comment(review: Review, template_dir: Path | None = None, report_pointer: str = "") -> str:
+def render_comment(
+    review: Review,
+    template_dir: Path | None = None,
+    report_pointer: str = "",
+    limit: int = COMMENT_LIMIT,
+) -> str:
     env = _env(template_dir)
     findings = [
         {
             "n": i,
             "f": f,
-            "title": _TITLES.get(f.category, f.category.replace("_", " ")),
+            "title": finding_title(f.category),
             "cause": likely_cause(f),
         }
         for i, f in enumerate(review.findings, start=1)
@@ -248,4 +257,4 @@ def render_comment(review: Review, template_dir: Path | None = None, report_poin
     pointer = (
         report_pointer or "The comment was cut to fit GitHub's limit; the full review is in `result.json`."
     )
-    return markdown.cap(body, COMMENT_LIMIT, pointer)
+    return markdown.cap(body, limit, pointer)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,6 +13,7 @@ from pathlib import Path
 from perfcheck import __version__
 
 EXIT_BAD_INPUT = 2
+EXIT_GITHUB = 1  # publish/plan: GitHub refused or could not be reached, after retries
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -79,23 +82,49 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _github_port(settings: object, repository: str) -> object:
+    from perfcheck.bot.gateway import GitHubGateway
+    from perfcheck.bot.settings import token_client
+
+    return GitHubGateway(token_client(settings), repository)  # type: ignore[arg-type]
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from perfcheck.bot.actions_io import write_outputs
-    from perfcheck.bot.events import PayloadError
+    from perfcheck.bot.events import PayloadError, parse_event
+    from perfcheck.bot.gateway import GitHubError
     from perfcheck.bot.plan import Context, plan
+    from perfcheck.bot.respond import lookup_context, respond
+    from perfcheck.bot.settings import GitHubSettings
     from perfcheck.config import ConfigError, load_config
 
+    settings = GitHubSettings.from_environ()
     try:
         config = load_config(args.config, None)
         payload = args.event_path.read_bytes()
-        decided = plan(args.event_name, payload, Context(config=config))
+        repository = parse_event(args.event_name, payload).repository.full_name  # type: ignore[attr-defined]
     except OSError as err:
         print(f"perfcheck: {args.event_path}: cannot read the event ({err.strerror})", file=sys.stderr)
         return EXIT_BAD_INPUT
     except (ConfigError, PayloadError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(decided.model_dump_json(indent=2))
+    if args.respond and not settings.token:
+        print("perfcheck: --respond needs a token: set GITHUB_TOKEN for this step", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        if settings.token:
+            port = _github_port(settings, repository)
+            decided = plan(args.event_name, payload, lookup_context(args.event_name, payload, config, port))
+        else:
+            decided = plan(args.event_name, payload, Context(config=config))
+        print(decided.model_dump_json(indent=2))
+        if args.respond:
+            for line in respond(port, decided, config, settings.run_url(repository)):  # type: ignore[arg-type]
+                print(f"perfcheck: {line}", file=sys.stderr)
+    except GitHubError as err:
+        print(f"perfcheck: GitHub: {err}", file=sys.stderr)
+        return EXIT_GITHUB
     write_outputs(
         {
             "run": decided.run,
@@ -105,9 +134,101 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             "base_sha": decided.base_sha,
             "pr_number": decided.pr_number,
             "awaiting_approval": decided.awaiting_approval,
+            "workloads": ",".join(decided.workloads),
+            "probes": ",".join(decided.probes),
+            "device": decided.device,
             "plan": decided.model_dump_json(),
         }
     )
+    return 0
+
+
+def _cmd_publish(args: argparse.Namespace) -> int:
+    from perfcheck.bot.gateway import DryRunGitHub, GitHubError
+    from perfcheck.bot.publish import Target, comment_body, mark_check, publish_review
+    from perfcheck.bot.settings import GitHubSettings
+    from perfcheck.config import ConfigError, load_config
+    from perfcheck.schema import ContractError, load_review
+
+    settings = GitHubSettings.from_environ()
+    repository = args.repo or settings.repository
+    if not repository or repository.count("/") != 1:
+        print("perfcheck: publish needs --repo OWNER/NAME (or GITHUB_REPOSITORY)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if not args.dry_run and not settings.token:
+        print("perfcheck: publish needs a token: set GITHUB_TOKEN (or use --dry-run)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    try:
+        config = load_config(args.config, Path.cwd())
+        review = load_review(args.report / "result.json") if args.status == "completed" else None
+    except (ConfigError, ContractError) as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    sha = args.sha.lower()
+    if not re.fullmatch(r"[0-9a-f]{7,40}", sha):
+        print(f"perfcheck: --sha: expected 7 to 40 hex digits, got {args.sha!r}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    rev = (review.head.revision or "").lower() if review is not None else ""
+    if rev and not (rev.startswith(sha) or sha.startswith(rev)):
+        # The result file comes from the job that ran PR code: it may not pick the commit it reports on.
+        print(
+            f"perfcheck: {args.report / 'result.json'}: it reviews {review.head.revision[:12]}, "
+            f"not --sha {args.sha[:12]}; refusing to publish it there",
+            file=sys.stderr,
+        )
+        return EXIT_BAD_INPUT
+    port = DryRunGitHub(repository) if args.dry_run else _github_port(settings, repository)
+    try:
+        pr = args.pr
+        if pr is None and not args.no_comment:
+            found = port.pulls_for_commit(sha)  # type: ignore[attr-defined]
+            pr = found[0] if found else None
+        target = Target(repository, sha, None if args.no_comment else pr, settings.run_url(repository))
+        if review is None:
+            heading = "In progress" if args.status == "in_progress" else "Queued"
+            mark_check(port, target, config.github, args.status, heading, args.summary or heading)  # type: ignore[arg-type]
+            name = config.github.check_name
+            print(f"perfcheck: check {name!r} on {sha[:7]}: {args.status}", file=sys.stderr)
+            return 0
+        outcome = publish_review(port, review, target, config.github, args.templates)  # type: ignore[arg-type]
+    except GitHubError as err:
+        print(f"perfcheck: GitHub: {err}", file=sys.stderr)
+        return EXIT_GITHUB
+    if settings.step_summary is not None:
+        with settings.step_summary.open("a", encoding="utf-8") as f:
+            f.write(comment_body(review, target, "0" * 16, args.templates) + "\n")
+    print(
+        f"perfcheck: comment {outcome.comment}; check run {outcome.check_run_id}: {outcome.conclusion}, "
+        f"{outcome.annotations} annotation{'s' if outcome.annotations != 1 else ''}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from wsgiref.simple_server import make_server
+
+    from perfcheck.bot.app import AppSettings, SettingsError, handle_delivery, installation_port
+    from perfcheck.bot.webhook import WebhookApp, Worker
+    from perfcheck.config import ConfigError, load_config
+
+    try:
+        settings = AppSettings.from_environ()
+        config = load_config(args.config, None)
+    except (SettingsError, ConfigError) as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    def port_for(repository: str, installation: int) -> object:
+        return installation_port(settings, repository, installation)
+
+    worker = Worker(lambda d: handle_delivery(d, config, port_for)).start()  # type: ignore[arg-type]
+    app = WebhookApp(settings.webhook_secret, worker)
+    with make_server(args.host, args.port, app) as server:
+        print(f"perfcheck serve: listening on http://{args.host}:{server.server_port}/", file=sys.stderr)
+        with contextlib.suppress(KeyboardInterrupt):
+            server.serve_forever()
+    worker.stop()
     return 0
 
 
@@ -182,7 +303,53 @@ def build_parser() -> argparse.ArgumentParser:
         "--event-path", type=Path, required=True, help="the payload file, e.g. $GITHUB_EVENT_PATH"
     )
     plan.add_argument("--config", type=Path, help="settings file (for the paths filter)")
+    plan.add_argument(
+        "--respond",
+        action="store_true",
+        help="answer on GitHub: react to a command, reply to a malformed or refused one, and set the "
+        "check (waiting for approval, or queued). Needs GITHUB_TOKEN",
+    )
     plan.set_defaults(func=_cmd_plan)
+
+    publish = sub.add_parser(
+        "publish",
+        help="post a review: the sticky PR comment and the check run with annotations",
+        description="Post what `perfcheck review` wrote in REPORT: the PR comment (updated in place; a new "
+        "one when the verdict flips), the check run (conclusion, summary, annotations at the findings' "
+        "lines) and, inside Actions, the job summary. result.json is validated as untrusted data and "
+        "rendered here. Needs GITHUB_TOKEN and GITHUB_REPOSITORY (or --repo), unless --dry-run.",
+        epilog="Exit codes: 0 published, 1 GitHub refused or was unreachable after retries, 2 bad input.",
+    )
+    publish.add_argument("--report", type=Path, default=Path("perfcheck-out"), help="folder with result.json")
+    publish.add_argument("--sha", required=True, help="the head commit the check belongs to (from the event)")
+    publish.add_argument("--pr", type=_positive, help="pull request number (default: found from --sha)")
+    publish.add_argument("--repo", help="OWNER/NAME (default: $GITHUB_REPOSITORY)")
+    publish.add_argument("--config", type=Path, help="settings file (default: perfcheck.yml here)")
+    publish.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
+    publish.add_argument(
+        "--status",
+        choices=("queued", "in_progress", "completed"),
+        default="completed",
+        help="queued/in_progress: only set the check before results exist (default: completed)",
+    )
+    publish.add_argument("--summary", help="check summary for --status queued/in_progress")
+    publish.add_argument("--no-comment", action="store_true", help="only the check run, no PR comment")
+    publish.add_argument("--dry-run", action="store_true", help="print the API calls instead of making them")
+    publish.set_defaults(func=_cmd_publish)
+
+    serve = sub.add_parser(
+        "serve",
+        help="run as a GitHub App: receive webhooks and answer them",
+        description="Serve the GitHub App's webhook endpoint (WSGI; `perfcheck.bot.webhook.WebhookApp` can "
+        "also be hosted by any WSGI server). Verifies X-Hub-Signature-256, drops repeated deliveries, "
+        "answers at once and works in the background: reacts to `/perfcheck`, sets the check run and "
+        "dispatches the probe workflow. Environment: PERFCHECK_APP_ID, PERFCHECK_APP_PRIVATE_KEY (or "
+        "PERFCHECK_APP_PRIVATE_KEY_FILE), PERFCHECK_WEBHOOK_SECRET, GITHUB_API_URL (for GitHub Enterprise).",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
+    serve.add_argument("--config", type=Path, help="settings file (command permission, probe workflow)")
+    serve.set_defaults(func=_cmd_serve)
 
     render = sub.add_parser(
         "render",

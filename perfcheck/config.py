@@ -115,6 +115,25 @@ class TimingConfig(_Section):
     )
 
 
+class GitHubConfig(_Section):
+    """How perfcheck answers on GitHub; read from the base tree like everything else here."""
+
+    check_name: str = Field(
+        default="perfcheck", min_length=1, description="the check run's name (the required check)"
+    )
+    command_permission: Literal["read", "triage", "write", "maintain", "admin"] = Field(
+        default="write", description="the least repository permission that may run `/perfcheck`"
+    )
+    rerun_label: str = Field(default="perfcheck", min_length=1, description="adding it asks for a review")
+    inconclusive_conclusion: Literal["neutral", "action_required", "failure"] = Field(
+        default="action_required",
+        description="check conclusion for an inconclusive review (`neutral` lets a required check pass)",
+    )
+    probe_workflow: str = Field(
+        default="perfcheck.yml", min_length=1, description="the workflow `perfcheck serve` dispatches"
+    )
+
+
 class Config(_Section):
     workloads: list[WorkloadConfig] = Field(
         default_factory=lambda: [WorkloadConfig(name=DEFAULT_WORKLOAD, entry=DEFAULT_WORKLOAD)]
@@ -123,6 +142,7 @@ class Config(_Section):
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
     timing: TimingConfig = TimingConfig()
+    github: GitHubConfig = GitHubConfig()
     paths: list[str] = Field(
         default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
     )

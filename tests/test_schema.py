@@ -97,8 +97,10 @@ def test_bot_side_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import perfcheck.schema, perfcheck.config, perfcheck.spec, perfcheck.cli\n"
-        "import perfcheck.bot.compare, perfcheck.bot.render, perfcheck.bot.markdown, perfcheck.bot.causes\n"
-        "import perfcheck.bot.plan, perfcheck.bot.events, perfcheck.bot.command, perfcheck.bot.actions_io\n"
+        "import importlib, pkgutil, perfcheck.bot\n"
+        "for m in pkgutil.iter_modules(perfcheck.bot.__path__):\n"
+        "    importlib.import_module('perfcheck.bot.' + m.name)\n"
+        "import github, perfcheck.bot.gateway as g; g._failure(ValueError())\n"
         "import perfcheck.runner.orchestrate, perfcheck.runner.workloads, perfcheck.review\n"
         "perfcheck.cli.main(['schema'])\n"
     )
