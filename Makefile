@@ -5,6 +5,10 @@ TORCH_VERSION ?= 2.13.0
 # Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP_ARGS ?=
 
+# GitHub's published OpenAPI description (npm @octokit/openapi), which the tests' local GitHub
+# validates every request against; fetched once, integrity-checked.
+OPENAPI := .cache/github-openapi/api.github.com.json
+
 .PHONY: setup demo test lint clean
 
 setup: $(VENV)/.installed
@@ -22,7 +26,11 @@ demo: setup
 	if [ $$rc -eq 1 ]; then echo "(exit 1: the demo's head has regressions, as intended)" >&2; \
 	elif [ $$rc -ne 0 ]; then exit $$rc; fi
 
-test: setup
+$(OPENAPI): tests/fakegithub/fetch_spec.py
+	python3 tests/fakegithub/fetch_spec.py $(dir $(OPENAPI))
+	touch $@
+
+test: setup $(OPENAPI)
 	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
@@ -31,4 +39,4 @@ lint: setup
 	$(VENV)/bin/ruff format --check .
 
 clean:
-	rm -rf $(VENV) perfcheck-out .pytest_cache .ruff_cache
+	rm -rf $(VENV) perfcheck-out .pytest_cache .ruff_cache .cache

@@ -58,10 +58,10 @@ class GitHubPort(Protocol):
     def changed_files(self, number: int) -> tuple[tuple[str, ...], bool]: ...
     def permission(self, login: str) -> str: ...
     def pulls_for_commit(self, sha: str) -> list[int]: ...
-    def react(self, comment_id: int, content: str) -> None: ...
+    def react(self, number: int, comment_id: int, content: str) -> None: ...
     def comments_with(self, number: int, marker: str) -> list[ExistingComment]: ...
     def create_comment(self, number: int, body: str, dedupe_key: str) -> int: ...
-    def edit_comment(self, comment_id: int, body: str) -> None: ...
+    def edit_comment(self, number: int, comment_id: int, body: str) -> None: ...
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None: ...
     def create_check_run(self, sha: str, name: str, external_id: str, fields: dict[str, Any]) -> int: ...
     def update_check_run(
@@ -185,11 +185,11 @@ class GitHubGateway:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def react(self, comment_id: int, content: str) -> None:
+    def react(self, number: int, comment_id: int, content: str) -> None:
         # Reacting twice with the same content is harmless: GitHub answers 200 with the first one.
         self._call(
             f"react {content} to comment {comment_id}",
-            lambda: self.repo.get_issue_comment(comment_id).create_reaction(content),
+            lambda: self.repo.get_issue(number).get_comment(comment_id).create_reaction(content),
         )
 
     def create_comment(self, number: int, body: str, dedupe_key: str) -> int:
@@ -203,8 +203,11 @@ class GitHubGateway:
             reconcile=landed,
         )
 
-    def edit_comment(self, comment_id: int, body: str) -> None:
-        self._call(f"edit comment {comment_id}", lambda: self.repo.get_issue_comment(comment_id).edit(body))
+    def edit_comment(self, number: int, comment_id: int, body: str) -> None:
+        self._call(
+            f"edit comment {comment_id}",
+            lambda: self.repo.get_issue(number).get_comment(comment_id).edit(body),
+        )
 
     def create_check_run(self, sha: str, name: str, external_id: str, fields: dict[str, Any]) -> int:
         def landed() -> int | None:
@@ -293,7 +296,7 @@ class DryRunGitHub:
         self._say("GET", f"/commits/{sha}/pulls", "(dry run: assumed none)")
         return []
 
-    def react(self, comment_id: int, content: str) -> None:
+    def react(self, number: int, comment_id: int, content: str) -> None:
         self._say("POST", f"/issues/comments/{comment_id}/reactions", f"content={content}")
 
     def comments_with(self, number: int, marker: str) -> list[ExistingComment]:
@@ -304,7 +307,7 @@ class DryRunGitHub:
         self._say("POST", f"/issues/{number}/comments", f"body: {len(body):,} characters")
         return self._id()
 
-    def edit_comment(self, comment_id: int, body: str) -> None:
+    def edit_comment(self, number: int, comment_id: int, body: str) -> None:
         self._say("PATCH", f"/issues/comments/{comment_id}", f"body: {len(body):,} characters")
 
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None:

@@ -157,7 +157,7 @@ def publish_review(
             comment_id = port.create_comment(target.pr_number, body, dedupe_key=f"run={run}")
         elif action.kind == "edit":
             assert action.comment_id is not None
-            port.edit_comment(action.comment_id, body)
+            port.edit_comment(target.pr_number, action.comment_id, body)
             comment_id = action.comment_id
         else:
             comment_id = action.comment_id

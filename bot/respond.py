@@ -41,8 +41,8 @@ def lookup_context(event_name: str, payload: Any, config: Config, port: GitHubPo
 def respond(port: GitHubPort, decided: Plan, config: Config, details_url: str | None = None) -> list[str]:
     """Carry out the plan's visible answer; returns what was done, for the log."""
     done: list[str] = []
-    if decided.comment_id is not None and decided.reaction is not None:
-        port.react(decided.comment_id, decided.reaction)
+    if decided.comment_id is not None and decided.reaction is not None and decided.pr_number is not None:
+        port.react(decided.pr_number, decided.comment_id, decided.reaction)
         done.append(f"reacted {decided.reaction}")
     if decided.reply and decided.pr_number is not None:
         nonce = secrets.token_hex(8)

@@ -25,6 +25,7 @@ class GitHubSettings:
     # GitHub asks integrations to space writes about a second apart to stay clear of the secondary
     # rate limits; a local test server needs no pacing.
     write_pace_s: float = 1.0
+    attempts: int = 5  # per GitHub call, the first included
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] = os.environ) -> GitHubSettings:
@@ -32,11 +33,12 @@ class GitHubSettings:
             value = environ.get(name, "").strip()
             return value or None
 
-        pace = get("PERFCHECK_GITHUB_WRITE_PACE")
-        try:
-            write_pace = float(pace) if pace is not None else 1.0
-        except ValueError:
-            write_pace = 1.0
+        def number(name: str, default: float) -> float:
+            try:
+                return float(get(name) or default)
+            except ValueError:
+                return default
+
         return cls(
             api_url=(get("GITHUB_API_URL") or cls.api_url).rstrip("/"),
             server_url=(get("GITHUB_SERVER_URL") or cls.server_url).rstrip("/"),
@@ -44,7 +46,8 @@ class GitHubSettings:
             repository=get("GITHUB_REPOSITORY"),
             run_id=get("GITHUB_RUN_ID"),
             step_summary=Path(s) if (s := get("GITHUB_STEP_SUMMARY")) else None,
-            write_pace_s=max(0.0, write_pace),
+            write_pace_s=max(0.0, number("PERFCHECK_GITHUB_WRITE_PACE", 1.0)),
+            attempts=max(1, int(number("PERFCHECK_GITHUB_RETRIES", 5))),
         )
 
     def run_url(self, repository: str | None = None) -> str | None:

@@ -8,7 +8,9 @@ import json
 import re
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from perfcheck import __version__
 
@@ -82,11 +84,13 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return 0
 
 
-def _github_port(settings: object, repository: str) -> object:
+def _github_port(settings: object, repository: str) -> Any:
     from perfcheck.bot.gateway import GitHubGateway
-    from perfcheck.bot.settings import token_client
+    from perfcheck.bot.retry import RetryPolicy
+    from perfcheck.bot.settings import GitHubSettings, token_client
 
-    return GitHubGateway(token_client(settings), repository)  # type: ignore[arg-type]
+    assert isinstance(settings, GitHubSettings)
+    return GitHubGateway(token_client(settings), repository, policy=RetryPolicy(attempts=settings.attempts))
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
@@ -178,12 +182,17 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     port = DryRunGitHub(repository) if args.dry_run else _github_port(settings, repository)
+    target = Target(repository, sha, args.pr, settings.run_url(repository))
+    if review is not None and settings.step_summary is not None and not args.dry_run:
+        # Written before any API call: the review reaches the run's page even if GitHub refuses it.
+        with settings.step_summary.open("a", encoding="utf-8") as f:
+            f.write(comment_body(review, target, "0" * 16, args.templates) + "\n")
     try:
-        pr = args.pr
-        if pr is None and not args.no_comment:
+        if target.pr_number is None and not args.no_comment:
             found = port.pulls_for_commit(sha)  # type: ignore[attr-defined]
-            pr = found[0] if found else None
-        target = Target(repository, sha, None if args.no_comment else pr, settings.run_url(repository))
+            target = replace(target, pr_number=found[0] if found else None)
+        if args.no_comment:
+            target = replace(target, pr_number=None)
         if review is None:
             heading = "In progress" if args.status == "in_progress" else "Queued"
             mark_check(port, target, config.github, args.status, heading, args.summary or heading)  # type: ignore[arg-type]
@@ -193,10 +202,10 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         outcome = publish_review(port, review, target, config.github, args.templates)  # type: ignore[arg-type]
     except GitHubError as err:
         print(f"perfcheck: GitHub: {err}", file=sys.stderr)
+        if review is not None:
+            print("perfcheck: the review was not posted; here it is, so it is not lost:", file=sys.stderr)
+            print(comment_body(review, target, "0" * 16, args.templates))
         return EXIT_GITHUB
-    if settings.step_summary is not None:
-        with settings.step_summary.open("a", encoding="utf-8") as f:
-            f.write(comment_body(review, target, "0" * 16, args.templates) + "\n")
     print(
         f"perfcheck: comment {outcome.comment}; check run {outcome.check_run_id}: {outcome.conclusion}, "
         f"{outcome.annotations} annotation{'s' if outcome.annotations != 1 else ''}",

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from fakegithub.fixtures import fake_github  # noqa: F401  (the local GitHub, for any test that asks)
 
 from perfcheck.config import Config, parse_config
 from perfcheck.review import ReviewRequest, run

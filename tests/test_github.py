@@ -1,0 +1,390 @@
+"""The bot against a local GitHub: PyGithub over real HTTP, every request checked against GitHub's OpenAPI.
+
+Payloads are GitHub's own examples (tests/data/webhooks); where a test needs a different commenter
+or a command as the comment body, it edits a copy and says so.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fakegithub import FakeGitHub
+
+from perfcheck.bot.gateway import GitHubError, GitHubGateway
+from perfcheck.bot.plan import plan
+from perfcheck.bot.publish import parse_state, publish_review
+from perfcheck.bot.respond import lookup_context, respond
+from perfcheck.bot.retry import RetryPolicy
+from perfcheck.config import Config, GitHubConfig
+from perfcheck.schema import Finding, Review, SourceLocation, load_review
+
+DATA = Path(__file__).parent / "data"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO = "Codertocat/Hello-World"
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+BASE = "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
+TOKEN = "ghs_perfchecktesttoken"
+
+
+def example(event: str, index: int = 0) -> dict[str, Any]:
+    return copy.deepcopy(json.loads((DATA / "webhooks" / f"{event}.json").read_text())[index])
+
+
+def command_event(
+    github: FakeGitHub, body: str, login: str = "Codertocat", user_type: str = "User", number: int = 2
+) -> dict[str, Any]:
+    """GitHub's `issue_comment` `created` example, edited to be the comment just posted on PR ``number``:
+    its issue made that PR, body, author and comment id replaced by the comment seeded here."""
+    ev = example("issue_comment", 0)
+    assert ev["action"] == "created"
+    posted = github.add_comment(REPO, number, body, user=login, user_type=user_type)
+    ev["issue"]["number"] = number
+    ev["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{number}"}
+    ev["comment"].update(id=posted["id"], body=body)
+    ev["comment"]["user"].update(login=login, type=user_type)
+    return ev
+
+
+@pytest.fixture
+def github(fake_github: FakeGitHub) -> FakeGitHub:
+    fake_github.add_repo(REPO, default_branch="master")
+    fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
+    fake_github.add_pull(REPO, 2, head_sha=HEAD, base_sha=BASE, files=["model.py", "README.md"])
+    fake_github.set_permission(REPO, "Codertocat", "admin")
+    fake_github.set_permission(REPO, "outsider", "read")
+    return fake_github
+
+
+class Sleeps(list[float]):
+    def __call__(self, seconds: float) -> None:
+        self.append(seconds)
+
+
+@pytest.fixture
+def sleeps() -> Sleeps:
+    return Sleeps()
+
+
+@pytest.fixture
+def port(github: FakeGitHub, sleeps: Sleeps) -> GitHubGateway:
+    from github import Auth, Github
+
+    client = Github(
+        auth=Auth.Token(TOKEN),
+        base_url=github.url,
+        retry=None,
+        lazy=True,
+        seconds_between_requests=None,
+        seconds_between_writes=None,
+    )
+    return GitHubGateway(client, REPO, policy=RetryPolicy(attempts=4), sleep=sleeps)
+
+
+@pytest.fixture
+def demo() -> Review:
+    return load_review(DATA / "demo-result.json")
+
+
+def target(pr: int | None = 2) -> Any:
+    from perfcheck.bot.publish import Target
+
+    return Target(REPO, HEAD, pr, f"https://github.com/{REPO}/actions/runs/7")
+
+
+# -- lookups ------------------------------------------------------------------------------------
+
+
+def test_lookups_through_the_api(github: FakeGitHub, port: GitHubGateway) -> None:
+    pull = port.pull(2)
+    assert (pull.head.sha, pull.base.sha, pull.from_fork) == (HEAD, BASE, False)
+    assert port.changed_files(2) == (("model.py", "README.md"), True)
+    assert port.permission("Codertocat") == "admin"
+    assert port.permission("outsider") == "read"
+    assert port.pulls_for_commit(HEAD) == [2]
+
+
+def test_many_files_are_paged_and_a_capped_list_is_partial(github: FakeGitHub, port: GitHubGateway) -> None:
+    github.add_pull(REPO, 3, head_sha="a" * 40, base_sha=BASE, files=[f"pkg/m{i}.py" for i in range(250)])
+    files, complete = port.changed_files(3)
+    assert len(files) == 250 and complete
+    github.add_pull(
+        REPO,
+        4,
+        head_sha="b" * 40,
+        base_sha=BASE,
+        files=[f"f{i}.txt" for i in range(3500)],
+        changed_files=3500,
+    )
+    files, complete = port.changed_files(4)
+    assert len(files) == 3000 and not complete
+
+
+# -- publishing ---------------------------------------------------------------------------------
+
+
+def test_publish_posts_one_comment_and_a_completed_check(
+    github: FakeGitHub, port: GitHubGateway, demo: Review
+) -> None:
+    outcome = publish_review(port, demo, target(), GitHubConfig())
+    comments = github.comments(REPO, 2)
+    assert len(comments) == 1
+    assert parse_state(comments[0]["body"]).verdict == "fail"  # type: ignore[union-attr]
+    assert "New graph break" in comments[0]["body"]
+    (run,) = github.check_runs(REPO, HEAD)
+    assert (run["status"], run["conclusion"], run["name"]) == ("completed", "failure", "perfcheck")
+    assert run["output"]["title"] == "perfcheck: 2 regressions"
+    assert run["details_url"] == f"https://github.com/{REPO}/actions/runs/7"
+    assert outcome.annotations == 1 and run["output"]["annotations_count"] == 1
+
+
+def test_republishing_updates_instead_of_duplicating(
+    github: FakeGitHub, port: GitHubGateway, demo: Review
+) -> None:
+    publish_review(port, demo, target(), GitHubConfig())
+    first = github.comments(REPO, 2)[0]["id"]
+    changed = demo.model_copy(update={"summary": demo.summary + " (re-run)"})
+    publish_review(port, changed, target(), GitHubConfig())
+    comments = github.comments(REPO, 2)
+    assert [c["id"] for c in comments] == [first]  # same verdict: edited in place
+    runs = github.check_runs(REPO, HEAD)
+    # A completed run is superseded by a new one rather than reopened (annotations would pile up).
+    assert [r["status"] for r in runs] == ["completed", "completed"]
+
+
+def test_a_flipped_verdict_gets_a_new_comment(github: FakeGitHub, port: GitHubGateway, demo: Review) -> None:
+    publish_review(port, demo, target(), GitHubConfig())
+    passed = demo.model_copy(update={"verdict": "pass", "findings": []})
+    publish_review(port, passed, target(), GitHubConfig())
+    verdicts = [parse_state(c["body"]).verdict for c in github.comments(REPO, 2)]  # type: ignore[union-attr]
+    assert verdicts == ["fail", "pass"]
+    publish_review(port, passed, target(), GitHubConfig())
+    assert len(github.comments(REPO, 2)) == 2  # unchanged: left as is
+
+
+def _located_findings(n: int) -> list[Finding]:
+    return [
+        Finding(
+            category="graph_break_added",
+            severity="error",
+            workload="mlp",
+            probe="compile",
+            message=f"break {i}",
+            location=SourceLocation(path="model.py", line=i + 1),
+        )
+        for i in range(n)
+    ]
+
+
+def test_annotations_go_fifty_per_request(github: FakeGitHub, port: GitHubGateway, demo: Review) -> None:
+    many = demo.model_copy(update={"findings": _located_findings(120)})
+    publish_review(port, many, target(), GitHubConfig())
+    (run,) = github.check_runs(REPO, HEAD)
+    assert run["output"]["annotations_count"] == 120
+    patches = [r for r in github.requests if r.method == "PATCH" and "/check-runs/" in r.path]
+    sizes = [len((r.body or {}).get("output", {}).get("annotations", [])) for r in patches]
+    assert sizes == [50, 50, 20]
+    assert patches[-1].body["status"] == "completed"  # the conclusion comes with the last batch
+
+
+def test_comment_on_a_pr_that_is_not_found_is_refused_clearly(port: GitHubGateway, demo: Review) -> None:
+    with pytest.raises(GitHubError, match="404"):
+        publish_review(port, demo, target(pr=99), GitHubConfig())
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["502", "drop"])
+def test_a_lost_answer_to_a_new_comment_never_posts_twice(
+    github: FakeGitHub, port: GitHubGateway, demo: Review, kind: str
+) -> None:
+    github.inject("POST", r"/issues/2/comments$", kind, after_effect=True)
+    publish_review(port, demo, target(), GitHubConfig())
+    assert len(github.comments(REPO, 2)) == 1
+
+
+def test_a_lost_answer_to_a_new_check_run_never_creates_two(
+    github: FakeGitHub, port: GitHubGateway, demo: Review
+) -> None:
+    github.inject("POST", r"/check-runs$", "drop", after_effect=True)
+    publish_review(port, demo, target(), GitHubConfig())
+    (run,) = github.check_runs(REPO, HEAD)
+    assert run["conclusion"] == "failure"
+
+
+def test_a_lost_answer_to_an_annotation_batch_never_repeats_it(
+    github: FakeGitHub, port: GitHubGateway, demo: Review
+) -> None:
+    many = demo.model_copy(update={"findings": _located_findings(120)})
+    github.inject("PATCH", r"/check-runs/\d+$", "drop", after_effect=True, times=2)
+    publish_review(port, many, target(), GitHubConfig())
+    (run,) = github.check_runs(REPO, HEAD)
+    assert run["output"]["annotations_count"] == 120
+    assert run["conclusion"] == "failure"
+
+
+def test_rate_limits_wait_as_github_says(
+    github: FakeGitHub, port: GitHubGateway, demo: Review, sleeps: Sleeps
+) -> None:
+    github.inject("POST", r"/issues/2/comments$", "rate_limit", retry_after=3)
+    github.inject("GET", r"/commits/[0-9a-f]+/check-runs", "429", retry_after=2)
+    github.inject("PATCH", r"/check-runs/\d+$", "502", times=2)
+    publish_review(port, demo, target(), GitHubConfig())
+    assert sleeps == [3, 2, 1, 2]
+    assert len(github.comments(REPO, 2)) == 1
+    assert github.check_runs(REPO, HEAD)[0]["conclusion"] == "failure"
+
+
+def test_gives_up_after_the_last_attempt(github: FakeGitHub, port: GitHubGateway, demo: Review) -> None:
+    github.inject("POST", r"/issues/2/comments$", "502", times=10)
+    with pytest.raises(GitHubError, match="comment on #2: HTTP 502"):
+        publish_review(port, demo, target(), GitHubConfig())
+    assert github.comments(REPO, 2) == []
+
+
+# -- commands and fork safety -----------------------------------------------------------------------
+
+
+def _plan_and_respond(port: GitHubGateway, event: str, payload: dict[str, Any], config: Config) -> Any:
+    decided = plan(event, payload, lookup_context(event, payload, config, port))
+    respond(port, decided, config)
+    return decided
+
+
+def test_a_writers_command_is_accepted_and_pinned(github: FakeGitHub, port: GitHubGateway) -> None:
+    ev = command_event(github, "/perfcheck run --workloads mlp")
+    decided = _plan_and_respond(port, "issue_comment", ev, Config())
+    assert decided.run and decided.head_sha == HEAD and decided.workloads == ["mlp"]
+    assert [r["content"] for r in github.reactions(REPO, ev["comment"]["id"])] == ["eyes"]
+    (run,) = github.check_runs(REPO, HEAD)
+    assert run["status"] == "queued" and HEAD[:7] in run["output"]["summary"]
+
+
+def test_an_outsiders_command_is_refused_through_the_api(github: FakeGitHub, port: GitHubGateway) -> None:
+    # The payload claims OWNER; the permission endpoint says read. The API wins.
+    ev = command_event(github, "/perfcheck", login="outsider")
+    ev["comment"]["author_association"] = "OWNER"
+    decided = _plan_and_respond(port, "issue_comment", ev, Config())
+    assert not decided.run
+    assert [r["content"] for r in github.reactions(REPO, ev["comment"]["id"])] == ["confused"]
+    _, reply = github.comments(REPO, 2)
+    assert "needs write permission" in reply["body"] and reply["user"]["type"] == "Bot"
+    assert github.check_runs(REPO, HEAD) == []
+
+
+def test_a_malformed_command_gets_the_usage(github: FakeGitHub, port: GitHubGateway) -> None:
+    ev = command_event(github, "/perfcheck run --probes nonsense")
+    _plan_and_respond(port, "issue_comment", ev, Config())
+    _, reply = github.comments(REPO, 2)
+    assert "unknown probe" in reply["body"] and "/perfcheck help" in reply["body"]
+
+
+def test_a_bots_command_is_ignored(github: FakeGitHub, port: GitHubGateway) -> None:
+    ev = command_event(github, "/perfcheck", login="dependabot[bot]", user_type="Bot")
+    decided = _plan_and_respond(port, "issue_comment", ev, Config())
+    assert not decided.run and github.reactions(REPO, ev["comment"]["id"]) == []
+    assert [r for r in github.requests if r.method != "GET"] == []
+
+
+def test_fork_pr_waits_for_approval_then_a_writer_approves_that_commit(
+    github: FakeGitHub, port: GitHubGateway
+) -> None:
+    fork_head = "c" * 40
+    github.add_pull(
+        REPO, 7, head_sha=fork_head, base_sha=BASE, head_repo="mallory/Hello-World", files=["x.py"]
+    )
+    ev = example("pull_request", 0)
+    ev["number"] = ev["pull_request"]["number"] = 7
+    ev["pull_request"]["head"]["sha"] = fork_head
+    ev["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    decided = _plan_and_respond(port, "pull_request", ev, Config())
+    assert not decided.run and decided.awaiting_approval
+    (waiting,) = github.check_runs(REPO, fork_head)
+    assert waiting["status"] == "queued" and waiting["output"]["title"] == "Waiting for approval"
+
+    approve = command_event(github, "/perfcheck", number=7)
+    decided = _plan_and_respond(port, "issue_comment", approve, Config())
+    assert decided.run and decided.head_sha == fork_head
+    (queued,) = github.check_runs(REPO, fork_head)  # the same check, now approved, not a second one
+    assert queued["output"]["title"] == "Queued"
+
+
+# -- the command line, end to end -----------------------------------------------------------------
+
+
+def _cli(args: list[str], github: FakeGitHub, tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFCHECK_"))} | {
+        "GITHUB_API_URL": github.url,
+        "GITHUB_REPOSITORY": REPO,
+        "GITHUB_TOKEN": TOKEN,
+        "GITHUB_OUTPUT": str(tmp_path / "output"),
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary.md"),
+        "GITHUB_SERVER_URL": "https://github.com",
+        "GITHUB_RUN_ID": "4242",
+        "PERFCHECK_GITHUB_WRITE_PACE": "0",
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "perfcheck", *args],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_plan_then_publish_from_a_real_payload(github: FakeGitHub, tmp_path: Path) -> None:
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps(example("pull_request", 0)))  # `opened`, PR #2, unchanged
+    planned = _cli(
+        ["plan", "--event-name", "pull_request", "--event-path", str(event), "--respond"], github, tmp_path
+    )
+    assert planned.returncode == 0, planned.stderr
+    decided = json.loads(planned.stdout)
+    assert (decided["run"], decided["head_sha"], decided["pr_number"]) == (True, HEAD, 2)
+    outputs = (tmp_path / "output").read_text()
+    assert "run<<" in outputs and "\ntrue\n" in outputs
+    assert github.check_runs(REPO, HEAD)[0]["status"] == "queued"
+
+    report = tmp_path / "report"
+    report.mkdir()
+    (report / "result.json").write_text((DATA / "demo-result.json").read_text())
+    published = _cli(["publish", "--report", str(report), "--sha", decided["head_sha"]], github, tmp_path)
+    assert published.returncode == 0, published.stderr
+    (comment,) = github.comments(REPO, 2)  # the PR was found from the SHA
+    assert "New graph break" in comment["body"]
+    (run,) = github.check_runs(REPO, HEAD)  # the queued check, completed
+    assert run["conclusion"] == "failure"
+    assert run["details_url"] == f"https://github.com/{REPO}/actions/runs/4242"
+    assert "New graph break" in (tmp_path / "summary.md").read_text()
+
+
+def test_publish_refuses_a_result_for_another_commit(github: FakeGitHub, tmp_path: Path) -> None:
+    review = json.loads((DATA / "demo-result.json").read_text())
+    review["head"]["revision"] = "d" * 40
+    (tmp_path / "result.json").write_text(json.dumps(review))
+    done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD], github, tmp_path)
+    assert done.returncode == 2 and "refusing to publish" in done.stderr
+    assert github.check_runs(REPO, HEAD) == [] and github.comments(REPO, 2) == []
+
+
+def test_publish_keeps_the_review_when_github_is_down(github: FakeGitHub, tmp_path: Path) -> None:
+    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    github.inject("GET", r".*", "502", times=100)
+    done = _cli(
+        ["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"],
+        github,
+        tmp_path,
+        PERFCHECK_GITHUB_RETRIES="1",
+    )
+    assert done.returncode == 1, done.stderr
+    assert "New graph break" in done.stdout and "New graph break" in (tmp_path / "summary.md").read_text()
