@@ -449,7 +449,7 @@ def test_a_wrongly_shaped_answer_is_a_violation(fake: FakeGitHub, monkeypatch: p
 
 
 def test_missing_description_fails_loudly(tmp_path: Path) -> None:
-    with pytest.raises(SpecMissingError, match="make setup"):
+    with pytest.raises(SpecMissingError, match="make test"):
         FakeGitHub(spec_path=tmp_path / "api.github.com.json")
 
 

@@ -4,7 +4,7 @@
 
 The description ships in the npm package @octokit/openapi; one pinned version is downloaded, checked against
 the integrity hash the npm registry publishes for it, and only the description (plus the package's LICENSE)
-is kept. Standard library only, so that `make setup` can run it before anything else is installed.
+is kept. Standard library only, so that `make test` can run it before anything else is installed.
 """
 
 from __future__ import annotations

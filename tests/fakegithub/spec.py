@@ -26,7 +26,7 @@ import referencing.jsonschema
 SPEC_ENV = "PERFCHECK_GITHUB_OPENAPI"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SPEC = REPO_ROOT / ".cache" / "github-openapi" / "api.github.com.json"
-SETUP_HINT = "run `make setup` (or python tests/fakegithub/fetch_spec.py .cache/github-openapi)"
+SETUP_HINT = "run `make test` (or python tests/fakegithub/fetch_spec.py .cache/github-openapi)"
 
 # The URI the document is registered under; every internal `$ref` is rewritten to be absolute against it
 # so that a schema found deep inside the document can be the root of a validator on its own.
