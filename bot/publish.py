@@ -35,6 +35,14 @@ class Target:
     head_sha: str
     pr_number: int | None = None
     details_url: str | None = None  # the workflow run, where the full report is an artifact
+    # The Actions run that planned this review. The trusted plan job stamps it on the queued check
+    # as external_id; publish then requires that stamp, so an artifact from the run that executed PR
+    # code cannot steer the review onto another commit.
+    run_id: str | None = None
+
+
+class PublishRefused(ValueError):
+    """The claimed commit was never planned by the given run; nothing is posted."""
 
 
 @dataclass(frozen=True)
@@ -119,9 +127,25 @@ def _check_run(port: GitHubPort, target: Target, cfg: GitHubConfig, fields: dict
     """
     existing = port.find_check_run(target.head_sha, cfg.check_name)
     if existing is not None and existing.status != "completed":
-        port.update_check_run(existing.id, fields)
+        # A later run takes the check over (e.g. a writer's approval of a fork's waiting check).
+        stamp = (
+            {"external_id": target.run_id} if target.run_id and target.run_id != existing.external_id else {}
+        )
+        port.update_check_run(existing.id, {**fields, **stamp})
         return existing.id
-    return port.create_check_run(target.head_sha, cfg.check_name, secrets.token_hex(8), fields)
+    return port.create_check_run(
+        target.head_sha, cfg.check_name, target.run_id or secrets.token_hex(8), fields
+    )
+
+
+def verify_planned(port: GitHubPort, target: Target, cfg: GitHubConfig, expect_run: str) -> None:
+    """Raise PublishRefused unless run ``expect_run`` queued this commit's check (see Target.run_id)."""
+    existing = port.find_check_run(target.head_sha, cfg.check_name)
+    if existing is None or existing.external_id != expect_run:
+        found = f"its check comes from run {existing.external_id}" if existing else "it has no check"
+        raise PublishRefused(
+            f"{target.head_sha[:12]} was not planned by run {expect_run} ({found}); refusing to publish"
+        )
 
 
 def mark_check(

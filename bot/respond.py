@@ -38,7 +38,13 @@ def lookup_context(event_name: str, payload: Any, config: Config, port: GitHubPo
     return Context(config=config)
 
 
-def respond(port: GitHubPort, decided: Plan, config: Config, details_url: str | None = None) -> list[str]:
+def respond(
+    port: GitHubPort,
+    decided: Plan,
+    config: Config,
+    details_url: str | None = None,
+    run_id: str | None = None,
+) -> list[str]:
     """Carry out the plan's visible answer; returns what was done, for the log."""
     done: list[str] = []
     if decided.comment_id is not None and decided.reaction is not None and decided.pr_number is not None:
@@ -51,7 +57,7 @@ def respond(port: GitHubPort, decided: Plan, config: Config, details_url: str | 
         )
         done.append("replied")
     if decided.head_sha:
-        target = Target(decided.repository, decided.head_sha, decided.pr_number, details_url)
+        target = Target(decided.repository, decided.head_sha, decided.pr_number, details_url, run_id)
         if decided.awaiting_approval:
             mark_check(
                 port,

@@ -32,33 +32,95 @@ def _positive(value: str) -> int:
     return n
 
 
+def _request(args: argparse.Namespace) -> object:
+    from perfcheck.config import load_config
+    from perfcheck.review import ReviewRequest, parse_shard
+
+    return ReviewRequest(
+        base=args.base,
+        head=args.head,
+        config=load_config(args.config, args.base if args.base.is_dir() else None),
+        out_dir=args.out,
+        device=args.device,
+        workloads=args.workloads,
+        probes=args.probes,
+        base_python=args.base_python,
+        head_python=args.head_python,
+        template_dir=getattr(args, "templates", None),
+        jobs=args.jobs,
+        shard=parse_shard(getattr(args, "shard", None) or "1/1"),
+    )
+
+
+def _to_actions(verdict: str, out: Path, comment: str) -> None:
+    """Inside Actions: step outputs, and the review in the job summary."""
+    import os
+
+    from perfcheck.bot.actions_io import write_outputs
+
+    write_outputs({"verdict": verdict, "result": out / "result.json", "comment": out / "comment.md"})
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with Path(summary).open("a", encoding="utf-8") as f:
+            f.write(comment + "\n")
+
+
 def _cmd_review(args: argparse.Namespace) -> int:
-    from perfcheck.config import ConfigError, load_config
-    from perfcheck.review import EXIT_CODES, ReviewRequest, UsageError, run
+    from perfcheck.config import ConfigError
+    from perfcheck.review import EXIT_CODES, UsageError, run
 
     try:
-        config = load_config(args.config, args.base if args.base.is_dir() else None)
-        review, comment = run(
-            ReviewRequest(
-                base=args.base,
-                head=args.head,
-                config=config,
-                out_dir=args.out,
-                device=args.device,
-                workloads=args.workloads,
-                probes=args.probes,
-                base_python=args.base_python,
-                head_python=args.head_python,
-                template_dir=args.templates,
-                jobs=args.jobs,
-            )
-        )
+        review, comment = run(_request(args))  # type: ignore[arg-type]
     except (ConfigError, UsageError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
+    _to_actions(review.verdict, args.out, comment)
     print(
         f"perfcheck: {review.verdict} — wrote {args.out / 'result.json'} and {args.out / 'comment.md'}",
+        file=sys.stderr,
+    )
+    return EXIT_CODES[review.verdict]
+
+
+def _cmd_probe(args: argparse.Namespace) -> int:
+    from perfcheck.config import ConfigError
+    from perfcheck.review import UsageError, probe
+
+    try:
+        probed = probe(_request(args))  # type: ignore[arg-type]
+    except (ConfigError, UsageError) as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    names = ", ".join(w.name for w in probed.workloads) or "no workloads (more shards than workloads)"
+    print(f"perfcheck: shard {probed.shard}: {names} — wrote {args.out / 'probes.json'}", file=sys.stderr)
+    from perfcheck.bot.actions_io import write_outputs
+
+    write_outputs({"probes_file": args.out / "probes.json"})
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from perfcheck.config import ConfigError, load_config
+    from perfcheck.review import EXIT_CODES, ShardError, report
+    from perfcheck.schema import ContractError, load_probe_run
+
+    try:
+        config = load_config(args.config, Path.cwd())
+        # A folder stands for every probes.json under it: one download folder of all shards' artifacts.
+        files = [f for p in args.probes for f in (sorted(p.rglob("probes.json")) if p.is_dir() else [p])]
+        if not files:
+            raise ContractError(f"no probes.json under {', '.join(map(str, args.probes))}")
+        runs = [(str(f), load_probe_run(f)) for f in files]
+        review, comment = report(runs, config, args.out, args.templates)
+    except (ConfigError, ContractError, ShardError) as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(comment)
+    _to_actions(review.verdict, args.out, comment)
+    print(
+        f"perfcheck: {review.verdict} — merged {len(runs)} shard(s); wrote {args.out / 'result.json'} "
+        f"and {args.out / 'comment.md'}",
         file=sys.stderr,
     )
     return EXIT_CODES[review.verdict]
@@ -123,8 +185,12 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         else:
             decided = plan(args.event_name, payload, Context(config=config))
         print(decided.model_dump_json(indent=2))
+        if args.out is not None:
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / "plan.json").write_text(decided.model_dump_json(indent=2))
         if args.respond:
-            for line in respond(port, decided, config, settings.run_url(repository)):  # type: ignore[arg-type]
+            answered = respond(port, decided, config, settings.run_url(repository), settings.run_id)
+            for line in answered:
                 print(f"perfcheck: {line}", file=sys.stderr)
     except GitHubError as err:
         print(f"perfcheck: GitHub: {err}", file=sys.stderr)
@@ -149,12 +215,36 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 def _cmd_publish(args: argparse.Namespace) -> int:
     from perfcheck.bot.gateway import DryRunGitHub, GitHubError
-    from perfcheck.bot.publish import Target, comment_body, mark_check, publish_review
+    from perfcheck.bot.plan import Plan
+    from perfcheck.bot.publish import (
+        PublishRefused,
+        Target,
+        comment_body,
+        mark_check,
+        publish_review,
+        verify_planned,
+    )
     from perfcheck.bot.settings import GitHubSettings
     from perfcheck.config import ConfigError, load_config
-    from perfcheck.schema import ContractError, load_review
+    from perfcheck.schema import ContractError, load_model, load_review
 
     settings = GitHubSettings.from_environ()
+    if args.plan_file is not None:
+        # Written by the plan job but carried through artifacts, which any job of the run can write:
+        # read as untrusted, and only for what --planned-by and the PR check then verify.
+        try:
+            planned = load_model(Plan, args.plan_file.read_bytes(), str(args.plan_file))
+        except OSError as err:
+            print(f"perfcheck: {args.plan_file}: cannot read it ({err.strerror})", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        except ContractError as err:
+            print(f"perfcheck: {err}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        args.sha = args.sha or planned.head_sha
+        args.pr = args.pr or planned.pr_number
+    if not args.sha:
+        print("perfcheck: publish needs --sha (or --plan-file with a head_sha)", file=sys.stderr)
+        return EXIT_BAD_INPUT
     repository = args.repo or settings.repository
     if not repository or repository.count("/") != 1:
         print("perfcheck: publish needs --repo OWNER/NAME (or GITHUB_REPOSITORY)", file=sys.stderr)
@@ -182,13 +272,21 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         )
         return EXIT_BAD_INPUT
     port = DryRunGitHub(repository) if args.dry_run else _github_port(settings, repository)
-    target = Target(repository, sha, args.pr, settings.run_url(repository))
+    target = Target(repository, sha, args.pr, settings.run_url(repository), args.planned_by)
     if review is not None and settings.step_summary is not None and not args.dry_run:
         # Written before any API call: the review reaches the run's page even if GitHub refuses it.
         with settings.step_summary.open("a", encoding="utf-8") as f:
             f.write(comment_body(review, target, "0" * 16, args.templates) + "\n")
     try:
-        if target.pr_number is None and not args.no_comment:
+        if args.planned_by and not args.dry_run:
+            verify_planned(port, target, config.github, args.planned_by)
+        if target.pr_number is not None and not args.dry_run and port.pull(target.pr_number).head.sha != sha:
+            # A PR number from an artifact is a claim; the API says which commit the PR is at now.
+            print(
+                f"perfcheck: #{target.pr_number} is not at {sha[:7]} (any more): no comment", file=sys.stderr
+            )
+            target = replace(target, pr_number=None)
+        elif target.pr_number is None and not args.no_comment:
             found = port.pulls_for_commit(sha)  # type: ignore[attr-defined]
             target = replace(target, pr_number=found[0] if found else None)
         if args.no_comment:
@@ -200,6 +298,9 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             print(f"perfcheck: check {name!r} on {sha[:7]}: {args.status}", file=sys.stderr)
             return 0
         outcome = publish_review(port, review, target, config.github, args.templates)  # type: ignore[arg-type]
+    except PublishRefused as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except GitHubError as err:
         print(f"perfcheck: GitHub: {err}", file=sys.stderr)
         if review is not None:
@@ -241,6 +342,39 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _probe_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--base", type=Path, required=True, help="the base tree (e.g. the merge base checkout)"
+    )
+    parser.add_argument("--head", type=Path, required=True, help="the head tree (the PR's checkout)")
+    parser.add_argument(
+        "--config",
+        type=Path,
+        help="settings file (default: perfcheck.yml or "
+        ".github/perfcheck.yml in the base tree, so a PR cannot loosen its own gate)",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("perfcheck-out"), help="output folder (default %(default)s)"
+    )
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default %(default)s)"
+    )
+    parser.add_argument(
+        "--workloads", type=_csv, default=(), help="comma-separated workload names (default: all)"
+    )
+    parser.add_argument(
+        "--probes", type=_csv, default=(), help="comma-separated probes: compile,export,timing (default: all)"
+    )
+    parser.add_argument("--base-python", help="python interpreter for the base side (default: this one)")
+    parser.add_argument("--head-python", help="python interpreter for the head side (default: this one)")
+    parser.add_argument(
+        "--jobs",
+        type=_positive,
+        default=1,
+        help="per-side probes to run at once (default 1; timing always runs alone)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfcheck",
@@ -254,43 +388,44 @@ def build_parser() -> argparse.ArgumentParser:
         "review",
         help="probe a base and a head tree side by side and write the review",
         description="Run the probes on --base and --head, compare them and print the review comment. "
-        "Writes OUT/result.json (the contract, see `perfcheck schema`) and OUT/comment.md.",
+        "Writes OUT/result.json (the contract, see `perfcheck schema`) and OUT/comment.md. "
+        "The same as `perfcheck probe` followed by `perfcheck report`.",
         epilog="Exit codes: 0 pass, 1 fail, 2 bad input, 3 inconclusive.",
     )
-    review.add_argument(
-        "--base", type=Path, required=True, help="the base tree (e.g. the merge base checkout)"
-    )
-    review.add_argument("--head", type=Path, required=True, help="the head tree (the PR's checkout)")
-    review.add_argument(
-        "--config",
-        type=Path,
-        help="settings file (default: perfcheck.yml or "
-        ".github/perfcheck.yml in the base tree, so a PR cannot loosen its own gate)",
-    )
-    review.add_argument(
-        "--out", type=Path, default=Path("perfcheck-out"), help="output folder (default %(default)s)"
-    )
-    review.add_argument(
-        "--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default %(default)s)"
-    )
-    review.add_argument(
-        "--workloads", type=_csv, default=(), help="comma-separated workload names (default: all)"
-    )
-    review.add_argument(
-        "--probes", type=_csv, default=(), help="comma-separated probes: compile,export (default: all)"
-    )
-    review.add_argument("--base-python", help="python interpreter for the base side (default: this one)")
-    review.add_argument("--head-python", help="python interpreter for the head side (default: this one)")
+    _probe_arguments(review)
     review.add_argument(
         "--templates", type=Path, help="folder with your own comment.md.j2 (falls back to the built-in)"
     )
-    review.add_argument(
-        "--jobs",
-        type=_positive,
-        default=1,
-        help="per-side probes to run at once (default 1; timing always runs alone)",
-    )
     review.set_defaults(func=_cmd_review)
+
+    probe = sub.add_parser(
+        "probe",
+        help="run the probes only (the part that runs PR code) and write probes.json",
+        description="Run this shard's probes on --base and --head and write OUT/probes.json, raw "
+        "measurements for `perfcheck report`. On a fleet, give each runner --shard I/N.",
+        epilog="Exit codes: 0 probed (findings are decided by `report`), 2 bad input.",
+    )
+    _probe_arguments(probe)
+    probe.add_argument(
+        "--shard", default="1/1", metavar="I/N", help="run the I-th of N shares of the workloads"
+    )
+    probe.set_defaults(func=_cmd_probe)
+
+    report = sub.add_parser(
+        "report",
+        help="merge probes.json shards, compare, and write the review",
+        description="Validate probe results as untrusted data, merge the shards (refusing a set with a "
+        "shard missing or repeated), compare base and head, and write OUT/result.json and OUT/comment.md. "
+        "Needs no torch.",
+        epilog="Exit codes: 0 pass, 1 fail, 2 bad input, 3 inconclusive.",
+    )
+    report.add_argument("probes", type=Path, nargs="+", help="probes.json files, or folders holding one")
+    report.add_argument(
+        "--out", type=Path, default=Path("perfcheck-out"), help="output folder (default %(default)s)"
+    )
+    report.add_argument("--config", type=Path, help="settings file (default: perfcheck.yml here)")
+    report.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
+    report.set_defaults(func=_cmd_report)
 
     schema = sub.add_parser(
         "schema",
@@ -312,6 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--event-path", type=Path, required=True, help="the payload file, e.g. $GITHUB_EVENT_PATH"
     )
     plan.add_argument("--config", type=Path, help="settings file (for the paths filter)")
+    plan.add_argument("--out", type=Path, help="also write the plan to OUT/plan.json")
     plan.add_argument(
         "--respond",
         action="store_true",
@@ -330,7 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 published, 1 GitHub refused or was unreachable after retries, 2 bad input.",
     )
     publish.add_argument("--report", type=Path, default=Path("perfcheck-out"), help="folder with result.json")
-    publish.add_argument("--sha", required=True, help="the head commit the check belongs to (from the event)")
+    publish.add_argument("--sha", help="the head commit the check belongs to")
+    publish.add_argument(
+        "--plan-file", type=Path, help="plan.json from `perfcheck plan` (for --sha and --pr when not given)"
+    )
     publish.add_argument("--pr", type=_positive, help="pull request number (default: found from --sha)")
     publish.add_argument("--repo", help="OWNER/NAME (default: $GITHUB_REPOSITORY)")
     publish.add_argument("--config", type=Path, help="settings file (default: perfcheck.yml here)")
@@ -342,6 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="queued/in_progress: only set the check before results exist (default: completed)",
     )
     publish.add_argument("--summary", help="check summary for --status queued/in_progress")
+    publish.add_argument(
+        "--planned-by",
+        metavar="RUN_ID",
+        help="publish only if this Actions run's plan job queued the check on --sha "
+        "(give the trusted event's run id, e.g. github.event.workflow_run.id)",
+    )
     publish.add_argument("--no-comment", action="store_true", help="only the check run, no PR comment")
     publish.add_argument("--dry-run", action="store_true", help="print the API calls instead of making them")
     publish.set_defaults(func=_cmd_publish)

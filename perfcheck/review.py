@@ -1,10 +1,15 @@
-"""`perfcheck review`: probe base and head, compare, and write result.json and comment.md."""
+"""`perfcheck review` = `probe` + `report`: measure base and head, then compare and render.
+
+`probe` is the part that runs PR code (on the GPU runner); it writes probes.json, raw measurements
+for its shard of the workloads. `report` is torch-free: it merges the shards (refusing a set with a
+shard missing or repeated), compares, and writes result.json and comment.md.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfcheck import __version__
@@ -12,7 +17,7 @@ from perfcheck.bot.compare import compare
 from perfcheck.bot.render import headline, render_comment
 from perfcheck.config import PROBE_NAMES, Config, WorkloadConfig
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
-from perfcheck.schema import Review, SideInfo, WorkloadReview
+from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
 
@@ -34,6 +39,7 @@ class ReviewRequest:
     head_python: str | None = None
     template_dir: Path | None = None
     jobs: int = 1
+    shard: Shard = field(default_factory=lambda: Shard(index=1, count=1))
 
 
 def git_revision(tree: Path) -> str | None:
@@ -80,14 +86,26 @@ def check_tree(path: Path, flag: str) -> Path:
     return path.resolve()
 
 
-def assemble(request: ReviewRequest, workloads: list[WorkloadReview]) -> Review:
-    comparison = compare(workloads, request.config)
+def shard_of(workloads: list[WorkloadConfig], shard: Shard) -> list[WorkloadConfig]:
+    """Round-robin in config order, so shards stay balanced when workloads are listed by size."""
+    return workloads[shard.index - 1 :: shard.count]
+
+
+def parse_shard(text: str) -> Shard:
+    index, sep, count = text.partition("/")
+    if not sep or not index.isdigit() or not count.isdigit() or not 1 <= int(index) <= int(count):
+        raise UsageError(f"--shard: expected I/N with 1 <= I <= N, e.g. 2/4; got {text!r}")
+    return Shard(index=int(index), count=int(count))
+
+
+def assemble(workloads: list[WorkloadReview], config: Config, base: SideInfo, head: SideInfo) -> Review:
+    comparison = compare(workloads, config)
     draft = Review(
         tool_version=__version__,
         verdict=comparison.verdict,
         summary="",
-        base=SideInfo(tree=str(request.base), revision=git_revision(request.base)),
-        head=SideInfo(tree=str(request.head), revision=git_revision(request.head)),
+        base=base,
+        head=head,
         workloads=[
             wl.model_copy(update={"timing_change": comparison.timing_changes.get(wl.name)})
             for wl in workloads
@@ -98,26 +116,90 @@ def assemble(request: ReviewRequest, workloads: list[WorkloadReview]) -> Review:
     return draft.model_copy(update={"summary": headline(draft)})
 
 
-def run(request: ReviewRequest) -> tuple[Review, str]:
+def probe(request: ReviewRequest) -> ProbeRun:
+    """Run this shard's probes on both sides and write OUT/probes.json."""
     base = check_tree(request.base, "--base")
     head = check_tree(request.head, "--head")
     chosen = select_workloads(request.config, request.workloads)
     probes = select_probes(request.probes)
+    mine = shard_of(chosen, request.shard)
     request.out_dir.mkdir(parents=True, exist_ok=True)
-    workloads = run_review(
-        ReviewRun(
-            base=SideSetup("base", base, request.base_python or sys.executable),
-            head=SideSetup("head", head, request.head_python or sys.executable),
-            config=request.config,
-            device=request.device,
-            workloads=chosen,
-            probes=probes,
-            out_dir=request.out_dir,
-            jobs=request.jobs,
+    workloads = (
+        run_review(
+            ReviewRun(
+                base=SideSetup("base", base, request.base_python or sys.executable),
+                head=SideSetup("head", head, request.head_python or sys.executable),
+                config=request.config,
+                device=request.device,
+                workloads=mine,
+                probes=probes,
+                out_dir=request.out_dir,
+                jobs=request.jobs,
+            )
         )
+        if mine
+        else []
     )
-    review = assemble(request, workloads)
-    comment = render_comment(review, request.template_dir)
-    (request.out_dir / "result.json").write_text(review.model_dump_json(indent=1))
-    (request.out_dir / "comment.md").write_text(comment)
+    result = ProbeRun(
+        tool_version=__version__,
+        shard=request.shard,
+        workload_set=[w.name for w in chosen],
+        base=SideInfo(tree=str(request.base), revision=git_revision(base)),
+        head=SideInfo(tree=str(request.head), revision=git_revision(head)),
+        workloads=workloads,
+    )
+    (request.out_dir / "probes.json").write_text(result.model_dump_json(indent=1))
+    return result
+
+
+class ShardError(ValueError):
+    """The probe runs given to `report` are not one complete set of shards."""
+
+
+def merge_shards(runs: list[tuple[str, ProbeRun]]) -> tuple[list[WorkloadReview], SideInfo, SideInfo]:
+    """One run's workloads from a complete set of shards, in the set's order; ShardError otherwise."""
+    if not runs:
+        raise ShardError("no probe results given")
+    first_src, first = runs[0]
+    counts = {r.shard.count for _, r in runs}
+    if len(counts) != 1:
+        raise ShardError(f"shards of different sets: counts {sorted(counts)}")
+    seen: dict[int, str] = {}
+    for src, r in runs:
+        if r.shard.index in seen:
+            raise ShardError(f"shard {r.shard} given twice: {seen[r.shard.index]} and {src}")
+        seen[r.shard.index] = src
+        for key in ("workload_set", "base", "head"):
+            if getattr(r, key) != getattr(first, key):
+                raise ShardError(f"{src} and {first_src} come from different runs ({key} differs)")
+    missing = sorted(set(range(1, first.shard.count + 1)) - set(seen))
+    if missing:
+        raise ShardError(
+            f"shard(s) {', '.join(f'{i}/{first.shard.count}' for i in missing)} missing: "
+            "a partial set would pass workloads that were never measured"
+        )
+    by_name: dict[str, WorkloadReview] = {}
+    for src, r in runs:
+        expected = {w for w in first.workload_set[r.shard.index - 1 :: r.shard.count]}
+        got = [w.name for w in r.workloads]
+        if set(got) != expected or len(got) != len(set(got)):
+            raise ShardError(f"{src}: shard {r.shard} holds {sorted(got)}, expected {sorted(expected)}")
+        by_name.update((w.name, w) for w in r.workloads)
+    return [by_name[n] for n in first.workload_set], first.base, first.head
+
+
+def report(
+    runs: list[tuple[str, ProbeRun]], config: Config, out_dir: Path, template_dir: Path | None = None
+) -> tuple[Review, str]:
+    workloads, base, head = merge_shards(runs)
+    review = assemble(workloads, config, base, head)
+    comment = render_comment(review, template_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "result.json").write_text(review.model_dump_json(indent=1))
+    (out_dir / "comment.md").write_text(comment)
     return review, comment
+
+
+def run(request: ReviewRequest) -> tuple[Review, str]:
+    probed = probe(request)
+    return report([("probes.json", probed)], request.config, request.out_dir, request.template_dir)

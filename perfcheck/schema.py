@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 SCHEMA_VERSION = 1
 
@@ -192,6 +192,33 @@ class Review(_Strict):
     inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")
 
 
+class Shard(_Strict):
+    index: int = Field(ge=1, description="1-based")
+    count: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _within(self) -> Shard:
+        if self.index > self.count:
+            raise ValueError(f"shard {self.index}/{self.count}: index beyond count")
+        return self
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+class ProbeRun(_Strict):
+    """What `perfcheck probe` writes: one shard's raw measurements, before any comparison."""
+
+    schema_version: Literal[1] = SCHEMA_VERSION
+    kind: Literal["probe-run"] = "probe-run"
+    tool_version: str
+    shard: Shard
+    workload_set: list[str] = Field(description="every workload of the whole run, all shards, in order")
+    base: SideInfo
+    head: SideInfo
+    workloads: list[WorkloadReview]
+
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -215,11 +242,11 @@ def load_model(model: type[M], text: str | bytes, source: str) -> M:
         raise ContractError(_explain(err, source)) from None
 
 
-def load_review(path: Path) -> Review:
+def _load_versioned(model: type[M], path: Path) -> M:
     try:
         raw = path.read_bytes()
     except OSError as err:
-        raise ContractError(f"{path}: cannot read result ({err.strerror})") from None
+        raise ContractError(f"{path}: cannot read it ({err.strerror})") from None
     try:
         version = json.loads(raw).get("schema_version")
     except (ValueError, AttributeError):
@@ -228,7 +255,15 @@ def load_review(path: Path) -> Review:
         raise ContractError(
             f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
         )
-    return load_model(Review, raw, str(path))
+    return load_model(model, raw, str(path))
+
+
+def load_review(path: Path) -> Review:
+    return _load_versioned(Review, path)
+
+
+def load_probe_run(path: Path) -> ProbeRun:
+    return _load_versioned(ProbeRun, path)
 
 
 def json_schema() -> dict[str, Any]:

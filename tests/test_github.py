@@ -358,7 +358,13 @@ def test_plan_then_publish_from_a_real_payload(github: FakeGitHub, tmp_path: Pat
     report = tmp_path / "report"
     report.mkdir()
     (report / "result.json").write_text((DATA / "demo-result.json").read_text())
-    published = _cli(["publish", "--report", str(report), "--sha", decided["head_sha"]], github, tmp_path)
+    forged = _cli(
+        ["publish", "--report", str(report), "--sha", HEAD, "--planned-by", "999"], github, tmp_path
+    )
+    assert forged.returncode == 2 and "not planned by run 999" in forged.stderr
+    assert github.comments(REPO, 2) == []
+    publish = ["publish", "--report", str(report), "--sha", decided["head_sha"], "--planned-by", "4242"]
+    published = _cli(publish, github, tmp_path)
     assert published.returncode == 0, published.stderr
     (comment,) = github.comments(REPO, 2)  # the PR was found from the SHA
     assert "New graph break" in comment["body"]
@@ -388,3 +394,12 @@ def test_publish_keeps_the_review_when_github_is_down(github: FakeGitHub, tmp_pa
     )
     assert done.returncode == 1, done.stderr
     assert "New graph break" in done.stdout and "New graph break" in (tmp_path / "summary.md").read_text()
+
+
+def test_publish_checks_a_claimed_pr_against_the_api(github: FakeGitHub, tmp_path: Path) -> None:
+    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    github.add_pull(REPO, 5, head_sha="e" * 40, base_sha=BASE, files=["x.py"])
+    done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "5"], github, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "#5 is not at ec26c3e" in done.stderr
+    assert github.comments(REPO, 5) == [] and github.check_runs(REPO, HEAD)[0]["conclusion"] == "failure"

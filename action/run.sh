@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The action's one step. Inputs arrive as PERFCHECK_* environment variables (set by action.yml's
+# `env:`), so nothing from an event is ever spliced into this script's text.
+set -euo pipefail
+
+mode="${PERFCHECK_MODE:-}"
+python="${PERFCHECK_PYTHON:-python3}"
+
+case "$mode" in
+  plan | probe | report | publish) ;;
+  *)
+    echo "::error title=perfcheck::mode must be plan, probe, report or publish (got '${mode}')"
+    exit 2
+    ;;
+esac
+
+if [[ "${PERFCHECK_INSTALL:-true}" == "true" ]]; then
+  # A venv, so the runner's python stays untouched (and PEP 668 images accept it); system site
+  # packages stay visible so that probe mode uses the torch the GPU image already has.
+  venv="${RUNNER_TEMP:-/tmp}/perfcheck-venv"
+  if [[ ! -x "$venv/bin/perfcheck" ]]; then
+    echo "::group::install perfcheck"
+    "$python" -m venv --system-site-packages "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$GITHUB_ACTION_PATH"
+    echo "::endgroup::"
+  fi
+  perfcheck=("$venv/bin/perfcheck")
+else
+  perfcheck=("$python" -m perfcheck)
+fi
+
+args=("$mode")
+config=()
+if [[ -n "${PERFCHECK_CONFIG:-}" ]]; then
+  config=(--config "$PERFCHECK_CONFIG")
+fi
+
+case "$mode" in
+  plan)
+    args+=(--event-name "$GITHUB_EVENT_NAME" --event-path "$GITHUB_EVENT_PATH" --out "$PERFCHECK_OUT"
+      "${config[@]}")
+    if [[ "${PERFCHECK_RESPOND:-false}" == "true" ]]; then
+      args+=(--respond)
+    fi
+    ;;
+  probe)
+    if [[ -n "${GITHUB_TOKEN:-}" ]]; then
+      echo "::error title=perfcheck::probe mode runs pull-request code: do not give it a token"
+      exit 2
+    fi
+    args+=(--base "$PERFCHECK_BASE" --head "$PERFCHECK_HEAD" --out "$PERFCHECK_OUT"
+      --device "$PERFCHECK_DEVICE" --shard "$PERFCHECK_SHARD" "${config[@]}")
+    if [[ -n "${PERFCHECK_WORKLOADS:-}" ]]; then args+=(--workloads "$PERFCHECK_WORKLOADS"); fi
+    if [[ -n "${PERFCHECK_PROBES:-}" ]]; then args+=(--probes "$PERFCHECK_PROBES"); fi
+    ;;
+  report)
+    mapfile -t results < <(printf '%s\n' "${PERFCHECK_PROBE_RESULTS:-}" | sed '/^[[:space:]]*$/d')
+    if [[ ${#results[@]} -eq 0 ]]; then
+      echo "::error title=perfcheck::report mode needs probe-results (probes.json files or folders)"
+      exit 2
+    fi
+    args+=("${results[@]}" --out "$PERFCHECK_OUT" "${config[@]}")
+    ;;
+  publish)
+    if [[ -z "${PERFCHECK_SHA:-}" && -z "${PERFCHECK_PLAN_FILE:-}" ]]; then
+      echo "::error title=perfcheck::publish mode needs sha or plan-file"
+      exit 2
+    fi
+    args+=(--report "$PERFCHECK_OUT" "${config[@]}")
+    if [[ -n "${PERFCHECK_SHA:-}" ]]; then args+=(--sha "$PERFCHECK_SHA"); fi
+    if [[ -n "${PERFCHECK_PLAN_FILE:-}" ]]; then args+=(--plan-file "$PERFCHECK_PLAN_FILE"); fi
+    if [[ -n "${PERFCHECK_PR:-}" ]]; then args+=(--pr "$PERFCHECK_PR"); fi
+    if [[ -n "${PERFCHECK_PLANNED_BY:-}" ]]; then args+=(--planned-by "$PERFCHECK_PLANNED_BY"); fi
+    ;;
+esac
+
+rc=0
+"${perfcheck[@]}" "${args[@]}" || rc=$?
+if [[ "$mode" == "report" && ( $rc -eq 1 || $rc -eq 3 ) && "${PERFCHECK_FAIL_ON_VERDICT:-false}" != "true" ]]; then
+  # The verdict is the check run's job; the step only fails on errors unless asked otherwise.
+  rc=0
+fi
+exit "$rc"

@@ -1,0 +1,95 @@
+"""`probe --shard I/N` on a fleet and `report` merging the shards (real probes, real torch)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import model_tree
+
+from perfcheck.cli import main
+from perfcheck.config import WorkloadConfig
+from perfcheck.review import ShardError, merge_shards, parse_shard, shard_of
+from perfcheck.schema import ProbeRun, Shard, SideInfo, WorkloadReview
+
+CONFIG = """
+workloads:
+  - {name: first, entry: model.py:build}
+  - {name: second, entry: mlp-tiny}
+  - {name: third, entry: model.py:build}
+compile:
+  backend: aot_eager
+"""
+
+
+def test_shards_split_round_robin_and_cover_everything() -> None:
+    names = [WorkloadConfig(name=f"w{i}", entry="mlp-tiny") for i in range(7)]
+    shards = [shard_of(names, Shard(index=i, count=3)) for i in (1, 2, 3)]
+    assert [[w.name for w in s] for s in shards] == [["w0", "w3", "w6"], ["w1", "w4"], ["w2", "w5"]]
+    assert shard_of(names[:1], Shard(index=2, count=2)) == []
+
+
+@pytest.mark.parametrize("text", ["0/2", "3/2", "2", "a/b", "1/0", ""])
+def test_bad_shard_specs_are_refused(text: str) -> None:
+    from perfcheck.review import UsageError
+
+    with pytest.raises(UsageError, match="--shard"):
+        parse_shard(text)
+
+
+def _run(index: int, count: int, names: list[str], held: list[str]) -> tuple[str, ProbeRun]:
+    side = SideInfo(tree="t")
+    run = ProbeRun(
+        tool_version="0",
+        shard=Shard(index=index, count=count),
+        workload_set=names,
+        base=side,
+        head=side,
+        workloads=[WorkloadReview(name=n) for n in held],
+    )
+    return f"shard{index}.json", run
+
+
+def test_merge_refuses_missing_repeated_or_foreign_shards() -> None:
+    names = ["a", "b", "c"]
+    ok = [_run(2, 2, names, ["b"]), _run(1, 2, names, ["a", "c"])]
+    merged, _, _ = merge_shards(ok)
+    assert [w.name for w in merged] == names
+    with pytest.raises(ShardError, match="shard\\(s\\) 2/2 missing"):
+        merge_shards(ok[1:])
+    with pytest.raises(ShardError, match="given twice"):
+        merge_shards([*ok, ok[0]])
+    with pytest.raises(ShardError, match="different sets"):
+        merge_shards([*ok, _run(3, 3, names, [])])
+    with pytest.raises(ShardError, match="different runs"):
+        merge_shards([ok[0], _run(1, 2, ["a", "b", "x"], ["a", "x"])])
+    with pytest.raises(ShardError, match="holds"):
+        merge_shards([ok[0], _run(1, 2, names, ["a"])])  # c was dropped
+
+
+def test_two_runners_probe_their_shares_and_the_report_merges_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "h = h + float(h.sum().item()) * 0")
+    (tmp_path / "perfcheck.yml").write_text(CONFIG)
+    common = ["--base", str(base), "--head", str(head), "--config", str(tmp_path / "perfcheck.yml")]
+    for i in (1, 2):
+        out = tmp_path / f"shard{i}"
+        assert main(["probe", *common, "--probes", "compile", "--shard", f"{i}/2", "--out", str(out)]) == 0
+    held = [json.loads((tmp_path / f"shard{i}" / "probes.json").read_text()) for i in (1, 2)]
+    assert [[w["name"] for w in h["workloads"]] for h in held] == [["first", "third"], ["second"]]
+
+    capsys.readouterr()
+    report = ["report", "--config", str(tmp_path / "perfcheck.yml"), "--out", str(tmp_path / "rep")]
+    rc = main([*report, str(tmp_path / "shard2"), str(tmp_path / "shard1" / "probes.json")])
+    assert rc == 1  # the head's .item() is a new graph break in both model.py workloads
+    result = json.loads((tmp_path / "rep" / "result.json").read_text())
+    assert [w["name"] for w in result["workloads"]] == ["first", "second", "third"]
+    assert sorted(f["workload"] for f in result["findings"] if f["category"] == "graph_break_added") == [
+        "first",
+        "third",
+    ]
+    assert main([*report, str(tmp_path / "shard1")]) == 2
+    assert "shard(s) 2/2 missing" in capsys.readouterr().err
