@@ -166,7 +166,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
     settings = GitHubSettings.from_environ()
     try:
-        config = load_config(args.config, None)
+        config = load_config(args.config, Path.cwd())
         payload = args.event_path.read_bytes()
         repository = parse_event(args.event_name, payload).repository.full_name  # type: ignore[attr-defined]
     except OSError as err:
@@ -438,15 +438,18 @@ def build_parser() -> argparse.ArgumentParser:
         "plan",
         help="decide from a GitHub event whether and what to review",
         description="Validate a webhook payload and print the plan as JSON: run or skip, why, which commits. "
-        "Inside Actions it also writes step outputs. This command makes no API calls: what needs the API "
-        "(changed files, a commenter's permission, the PR's head commit) is treated as unknown, so "
-        "slash commands are refused rather than trusted.",
+        "Inside Actions it also writes step outputs. With GITHUB_TOKEN set it asks the API what the "
+        "decision needs (changed files, the commenter's permission, the PR's head commit); without one "
+        "those are unknown, so slash commands are refused rather than trusted.",
+        epilog="Exit codes: 0 planned (run or skip), 1 GitHub refused or was unreachable, 2 bad input.",
     )
     plan.add_argument("--event-name", required=True, help="the event, e.g. $GITHUB_EVENT_NAME")
     plan.add_argument(
         "--event-path", type=Path, required=True, help="the payload file, e.g. $GITHUB_EVENT_PATH"
     )
-    plan.add_argument("--config", type=Path, help="settings file (for the paths filter)")
+    plan.add_argument(
+        "--config", type=Path, help="settings file (default: perfcheck.yml here, the base branch checkout)"
+    )
     plan.add_argument("--out", type=Path, help="also write the plan to OUT/plan.json")
     plan.add_argument(
         "--respond",

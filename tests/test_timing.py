@@ -111,8 +111,10 @@ def test_wild_noise_is_inconclusive_not_fail(review: ReviewFn, tmp_path: Path) -
     result = review(base, head, config=timing_config(), probes=("timing",))
     assert result.verdict == "inconclusive"
     assert not [f for f in result.findings if f.severity == "error"]
-    # an inconclusive verdict bought extra rounds before giving up
-    assert len(result.workloads[0].head[0].timing.samples_ms) == 24  # type: ignore[union-attr]
+    # an inconclusive verdict bought extra rounds (up to max_rounds) before giving up; on a busy
+    # machine a first generation can even look like a fail and buy a fresh pair on top
+    rounds = result.workloads[0].head[0].timing.generation_rounds  # type: ignore[union-attr]
+    assert rounds[0] > 8 or len(rounds) == 2
     assert any("straddles" in why for why in result.inconclusive)
 
 

@@ -1,0 +1,258 @@
+"""The whole chain as the example workflows run it: plan → probe (two shards) → report → publish.
+
+Each perfcheck step of examples/workflows/*.yml is run through the action's own step
+(action/run.sh) with the environment action.yml gives it: the step's `with:` values, resolved
+from the outputs of the steps before, over action.yml's input defaults. GitHub is the local one.
+
+What the test changes, and why: `install: "false"` and `python` (the test's interpreter already has
+perfcheck), `device: cpu` (CI has no GPU), and the base tree's perfcheck.yml uses `aot_eager` with
+two workloads (so the two shards each get one, and nothing waits for Inductor on a CPU).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from fakegithub import FakeGitHub
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEMO = REPO_ROOT / "examples" / "demo"
+WORKFLOWS = REPO_ROOT / "examples" / "workflows"
+DATA = Path(__file__).parent / "data"
+REPO = "Codertocat/Hello-World"
+HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
+BASE = "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
+TOKEN = "ghs_actions_token"
+RUN_ID = "5001"
+FAST_CONFIG = """\
+workloads:
+  - name: classifier
+    entry: model.py:build
+    train: true
+  - name: tiny
+    entry: mlp-tiny
+compile:
+  backend: aot_eager
+budgets:
+  max_new_graph_breaks: 0
+"""
+OVERRIDES = {"install": "false", "python": sys.executable, "device": "cpu"}
+_EXPR = re.compile(r"\$\{\{\s*(.+?)\s*\}\}")
+
+
+def parse_outputs(path: Path) -> dict[str, str]:
+    """$GITHUB_OUTPUT as the runner reads it: `name<<DELIMITER` blocks and `name=value` lines."""
+    out: dict[str, str] = {}
+    lines = path.read_text().splitlines() if path.exists() else []
+    i = 0
+    while i < len(lines):
+        if "<<" in lines[i]:
+            name, delimiter = lines[i].split("<<", 1)
+            end = lines.index(delimiter, i + 1)
+            out[name] = "\n".join(lines[i + 1 : end])
+            i = end + 1
+        else:
+            name, _, value = lines[i].partition("=")
+            out[name] = value
+            i += 1
+    return out
+
+
+def perfcheck_steps(workflow: str, job: str) -> list[dict[str, Any]]:
+    doc = yaml.safe_load((WORKFLOWS / workflow).read_text())
+    steps = doc["jobs"][job]["steps"]
+    return [s for s in steps if str(s.get("uses", "")).startswith("perfcheck-dev/perfcheck@")]
+
+
+def resolve(value: object, context: dict[str, str]) -> str:
+    # Every expression a workflow hands the action must be one this test models: KeyError otherwise.
+    return _EXPR.sub(lambda m: context[m.group(1)], str(value))
+
+
+class Runner:
+    """Runs the action's step like a GitHub runner would, in a workspace of the test's making."""
+
+    def __init__(self, github: FakeGitHub, tmp_path: Path) -> None:
+        self.github = github
+        self.tmp = tmp_path
+        self.action = yaml.safe_load((REPO_ROOT / "action.yml").read_text())
+        self.count = 0
+
+    def env_for(self, with_: dict[str, str]) -> dict[str, str]:
+        inputs = {k: str(v.get("default", "")) for k, v in self.action["inputs"].items()}
+        unknown = set(with_) - set(inputs)
+        assert not unknown, f"the workflow passes inputs action.yml does not have: {unknown}"
+        inputs |= with_ | OVERRIDES
+        (step,) = self.action["runs"]["steps"]
+        env = {}
+        for name, expr in step["env"].items():
+            m = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", expr)
+            assert m, f"action.yml env {name} is not a plain input: {expr}"
+            env[name] = inputs[m.group(1)]
+        return env
+
+    def step(
+        self, with_: dict[str, str], workspace: Path, event: str, payload: dict[str, Any]
+    ) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+        self.count += 1
+        event_path = self.tmp / f"event-{self.count}.json"
+        event_path.write_text(json.dumps(payload))
+        outputs = self.tmp / f"output-{self.count}"
+        environ = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFCHECK_"))}
+        environ |= {
+            "GITHUB_ACTION_PATH": str(REPO_ROOT),
+            "GITHUB_EVENT_NAME": event,
+            "GITHUB_EVENT_PATH": str(event_path),
+            "GITHUB_OUTPUT": str(outputs),
+            "GITHUB_STEP_SUMMARY": str(self.tmp / f"summary-{self.count}.md"),
+            "GITHUB_API_URL": self.github.url,
+            "GITHUB_SERVER_URL": "https://github.com",
+            "GITHUB_REPOSITORY": REPO,
+            "GITHUB_RUN_ID": RUN_ID,
+            "RUNNER_TEMP": str(self.tmp),
+            "PERFCHECK_GITHUB_WRITE_PACE": "0",
+        }
+        environ |= self.env_for(with_)
+        done = subprocess.run(
+            ["bash", str(REPO_ROOT / "action" / "run.sh")],
+            cwd=workspace,
+            env=environ,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
+        return done, parse_outputs(outputs)
+
+
+@pytest.fixture
+def github(fake_github: FakeGitHub) -> FakeGitHub:
+    fake_github.add_repo(REPO, default_branch="master")
+    fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
+    fake_github.add_pull(REPO, 2, head_sha=HEAD, base_sha=BASE, files=["model.py"])
+    fake_github.set_permission(REPO, "Codertocat", "admin")
+    fake_github.set_permission(REPO, "outsider", "read")
+    return fake_github
+
+
+def checkout(dest: Path, tree: Path) -> Path:
+    shutil.copytree(tree, dest)
+    (dest / "perfcheck.yml").write_text(FAST_CONFIG)
+    return dest
+
+
+def test_the_example_workflows_review_and_publish_a_pull_request(github: FakeGitHub, tmp_path: Path) -> None:
+    runner = Runner(github, tmp_path)
+    event = json.loads((DATA / "webhooks" / "pull_request.json").read_text())[0]  # `opened`, unchanged
+
+    # perfcheck.yml, job `plan`: the base branch checked out, then the action in plan mode.
+    plan_ws = checkout(tmp_path / "plan", DEMO / "base")
+    (plan_step,) = perfcheck_steps("perfcheck.yml", "plan")
+    ctx = {"github.token": TOKEN}
+    done, plan_out = runner.step(
+        {k: resolve(v, ctx) for k, v in plan_step["with"].items()}, plan_ws, "pull_request_target", event
+    )
+    assert done.returncode == 0, done.stderr
+    assert plan_out["run"] == "true" and plan_out["head_sha"] == HEAD
+    (queued,) = github.check_runs(REPO, HEAD)
+    assert queued["status"] == "queued" and queued["external_id"] == RUN_ID
+    artifacts = tmp_path / "artifacts"
+    (artifacts / "perfcheck-plan").mkdir(parents=True)
+    shutil.copy(plan_ws / "perfcheck-out" / "plan.json", artifacts / "perfcheck-plan" / "plan.json")
+
+    # Job `probe`, one runner per matrix shard: base and head checked out, the action in probe mode.
+    (probe_step,) = perfcheck_steps("perfcheck.yml", "probe")
+    doc = yaml.safe_load((WORKFLOWS / "perfcheck.yml").read_text())
+    shards = doc["jobs"]["probe"]["strategy"]["matrix"]["shard"]
+    for index, shard in enumerate(shards):
+        ws = tmp_path / f"gpu-{index}"
+        checkout(ws / "base", DEMO / "base")
+        checkout(ws / "head", DEMO / "head")
+        ctx = {f"needs.plan.outputs.{k}": v for k, v in plan_out.items()} | {"matrix.shard": shard}
+        done, _ = runner.step(
+            {k: resolve(v, ctx) for k, v in probe_step["with"].items()}, ws, "pull_request_target", event
+        )
+        assert done.returncode == 0, done.stderr
+        (artifacts / f"perfcheck-probes-{index}").mkdir()
+        shutil.copy(ws / "perfcheck-out" / "probes.json", artifacts / f"perfcheck-probes-{index}")
+
+    # perfcheck-publish.yml: the default branch checked out, the artifacts downloaded, report, publish.
+    pub_ws = checkout(tmp_path / "publish", DEMO / "base")
+    shutil.copytree(artifacts, pub_ws / "artifacts")
+    run_event = copy.deepcopy(json.loads((DATA / "webhooks" / "workflow_run.json").read_text())[0])
+    run_event["workflow_run"]["id"] = int(RUN_ID)
+    report_step, publish_step = perfcheck_steps("perfcheck-publish.yml", "publish")
+    ctx = {"github.token": TOKEN, "github.event.workflow_run.id": RUN_ID}
+    done, report_out = runner.step(
+        {k: resolve(v, ctx) for k, v in report_step["with"].items()}, pub_ws, "workflow_run", run_event
+    )
+    assert done.returncode == 0, done.stderr  # a `fail` verdict is the check's to show, not the step's
+    assert report_out["verdict"] == "fail"
+    result = json.loads((pub_ws / "perfcheck-out" / "result.json").read_text())
+    assert [w["name"] for w in result["workloads"]] == ["classifier", "tiny"]  # both shards merged
+    done, _ = runner.step(
+        {k: resolve(v, ctx) for k, v in publish_step["with"].items()}, pub_ws, "workflow_run", run_event
+    )
+    assert done.returncode == 0, done.stderr
+
+    (comment,) = github.comments(REPO, 2)
+    assert "New graph break" in comment["body"] and "model.py:17" in comment["body"]
+    (run,) = github.check_runs(REPO, HEAD)  # the check the plan job queued, now completed
+    assert (run["status"], run["conclusion"]) == ("completed", "failure")
+    assert run["details_url"] == f"https://github.com/{REPO}/actions/runs/{RUN_ID}"
+    annotations = github.annotations(REPO, run["id"])
+    assert any(a["path"] == "model.py" and a["start_line"] == 17 for a in annotations)
+
+
+def _command(github: FakeGitHub, body: str, login: str, number: int) -> dict[str, Any]:
+    """GitHub's issue_comment `created` example, edited: a comment just posted on PR ``number``."""
+    ev = json.loads((DATA / "webhooks" / "issue_comment.json").read_text())[0]
+    posted = github.add_comment(REPO, number, body, user=login)
+    ev["issue"]["number"] = number
+    ev["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{number}"}
+    ev["comment"].update(id=posted["id"], body=body)
+    ev["comment"]["user"]["login"] = login
+    return ev
+
+
+def test_a_fork_waits_refuses_an_outsider_and_runs_for_a_writer(github: FakeGitHub, tmp_path: Path) -> None:
+    runner = Runner(github, tmp_path)
+    fork_head = "f" * 40
+    github.add_pull(
+        REPO, 9, head_sha=fork_head, base_sha=BASE, head_repo="mallory/Hello-World", files=["m.py"]
+    )
+    ws = checkout(tmp_path / "plan", DEMO / "base")
+    (plan_step,) = perfcheck_steps("perfcheck.yml", "plan")
+    with_ = {k: resolve(v, {"github.token": TOKEN}) for k, v in plan_step["with"].items()}
+
+    opened = json.loads((DATA / "webhooks" / "pull_request.json").read_text())[0]
+    opened["number"] = opened["pull_request"]["number"] = 9
+    opened["pull_request"]["head"]["sha"] = fork_head
+    opened["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    done, out = runner.step(with_, ws, "pull_request_target", opened)
+    assert done.returncode == 0, done.stderr
+    assert (out["run"], out["awaiting_approval"]) == ("false", "true")
+    assert github.check_runs(REPO, fork_head)[0]["output"]["title"] == "Waiting for approval"
+
+    outsider = _command(github, "/perfcheck", "outsider", 9)
+    done, out = runner.step(with_, ws, "issue_comment", outsider)
+    assert done.returncode == 0 and out["run"] == "false"
+    assert [r["content"] for r in github.reactions(REPO, outsider["comment"]["id"])] == ["confused"]
+
+    writer = _command(github, "/perfcheck", "Codertocat", 9)
+    done, out = runner.step(with_, ws, "issue_comment", writer)
+    assert done.returncode == 0, done.stderr
+    assert (out["run"], out["head_sha"]) == ("true", fork_head)
+    assert [r["content"] for r in github.reactions(REPO, writer["comment"]["id"])] == ["eyes"]
+    (check,) = github.check_runs(REPO, fork_head)
+    assert check["output"]["title"] == "Queued" and check["external_id"] == RUN_ID
