@@ -3,6 +3,7 @@
 #   bench/h200.sh trust WORKLOADS MODES SECONDS TAG   -> $OUT/trust-TAG.json (bench/trust.py)
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
+#   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 # Packages the image lacks (pydantic and its needs, perfcheck itself) travel as wheels in .whl/.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -45,5 +46,28 @@ case "$1" in
       --out "$OUT/demo"
     echo "exit code $?"
     ;;
-  *) echo "usage: bench/h200.sh trust|suite|demo ..." >&2; exit 2 ;;
+  action)
+    # The example workflow's probe job on the GPU: action/run.sh in probe mode (install: false,
+    # device: cuda), one shard per "runner", then the publish workflow's report step on the shards.
+    repo=$PWD
+    for i in 1 2; do
+      ws=/tmp/ws-$i
+      rm -rf "$ws" && mkdir -p "$ws" && cp -r examples/demo/base "$ws/base" && cp -r examples/demo/head "$ws/head"
+      printf 'workloads:\n  - {name: classifier, entry: model.py:build, train: true}\n  - {name: mlp, entry: mlp}\n' \
+        > "$ws/base/perfcheck.yml"
+      start=$(date +%s)
+      (cd "$ws" && env GITHUB_ACTION_PATH="$repo" GITHUB_OUTPUT="$OUT/output-$i" PERFCHECK_MODE=probe \
+        PERFCHECK_BASE=base PERFCHECK_HEAD=head PERFCHECK_OUT=perfcheck-out PERFCHECK_DEVICE=cuda \
+        PERFCHECK_SHARD="$i/2" PERFCHECK_INSTALL=false PERFCHECK_PYTHON=python3 bash "$repo/action/run.sh") \
+        2> "$OUT/probe-$i.log"
+      echo "shard $i/2: exit code $? · wall $(( $(date +%s) - start )) s"
+      tail -4 "$OUT/probe-$i.log"
+    done
+    python3 -m perfcheck report /tmp/ws-1/perfcheck-out /tmp/ws-2/perfcheck-out --config /tmp/ws-1/base/perfcheck.yml \
+      --out "$OUT/action" > /dev/null
+    echo "report: exit code $?"
+    cp /tmp/ws-1/perfcheck-out/probes.json "$OUT/action/probes-1.json"
+    cp /tmp/ws-2/perfcheck-out/probes.json "$OUT/action/probes-2.json"
+    ;;
+  *) echo "usage: bench/h200.sh trust|suite|demo|action ..." >&2; exit 2 ;;
 esac
