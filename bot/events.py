@@ -74,6 +74,7 @@ class Comment(_Payload):
     id: int
     body: str
     user: User
+    created_at: str | None = None
 
 
 class IssueCommentEvent(_Payload):

@@ -43,6 +43,7 @@ class Ack(BaseModel):
     reason: str
     by: str
     sha: str | None
+    at: str | None = None  # when the command was posted (the comment's created_at)
 
 
 class Plan(BaseModel):
@@ -190,7 +191,12 @@ def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
         return Plan(run=False, reason="help", reply=USAGE, **common)
     if cmd.verb == "ack":
         ack = Ack(
-            category=cmd.category or "", workload=cmd.workload, reason=cmd.reason or "", by=who, sha=sha
+            category=cmd.category or "",
+            workload=cmd.workload,
+            reason=cmd.reason or "",
+            by=who,
+            sha=sha,
+            at=ev.comment.created_at,
         )
         return Plan(run=False, reason=f"{who} acknowledged {cmd.category}", ack=ack, **common)
     if pull is None:

@@ -179,6 +179,7 @@ def test_ack_is_recorded_with_who_and_the_sha() -> None:
         "new fused op",
     )
     assert (result.ack.by, result.ack.sha) == ("octocat", "c" * 40)
+    assert result.ack.at is not None and result.ack.at.endswith("Z")  # when, from the comment
 
 
 def test_merge_queue_and_rerun_and_publish() -> None:
