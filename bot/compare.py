@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfcheck.bot.stats import alarm, generations_verdict, is_host_bound
@@ -395,6 +396,12 @@ def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
     return {r.probe: r for r in results}
 
 
+# Probes whose base/head comparison is a pure function of the two results and the config; each
+# lives in its own module (bot/compare_<probe>.py) and is listed here.
+Comparator = Callable[[str, ProbeResult, ProbeResult, Config], list[Finding]]
+COMPARATORS: dict[str, Comparator] = {}
+
+
 def compare_workload(
     wl: WorkloadReview, config: Config, inconclusive: list[str], changes: dict[str, TimingChange]
 ) -> list[Finding]:
@@ -412,6 +419,8 @@ def compare_workload(
             findings += _timing_findings(wl.name, b, h, config, inconclusive, changes)
         elif probe == "export" and b.status in ("ok", "failed") and h.status in ("ok", "failed"):
             findings += _export_findings(wl.name, b, h)
+        elif probe in COMPARATORS and b.status == h.status == "ok":
+            findings += COMPARATORS[probe](wl.name, b, h, config)
     return findings
 
 

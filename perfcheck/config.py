@@ -13,7 +13,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
-PROBE_NAMES = ("compile", "export", "timing")
+PROBE_NAMES = ("compile", "export", "timing", "ddp", "amp", "custom_ops", "profile")
+# What runs when neither --probes nor a workload's `probes` says: the single-process checks. The
+# others cost more (several processes, a profile pass) and are asked for by name.
+DEFAULT_PROBES = ("compile", "export", "timing")
 DEFAULT_WORKLOAD = "mlp-tiny"
 
 _OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
@@ -78,6 +81,9 @@ class ExportConfig(_Section):
 
 class BudgetsConfig(_Section):
     max_new_graph_breaks: int = Field(default=0, ge=0)
+    max_overlap_drop_pp: float = Field(
+        default=10.0, ge=0, description="drop in DDP communication hidden by compute, percentage points"
+    )
     max_throughput_regression_pct: float = Field(default=2.3, ge=0)
     max_peak_memory_growth_mb: float = Field(default=112.0, ge=0)
     compile_latency_s: dict[str, float] = Field(default_factory=dict, description="workload name -> seconds")
@@ -115,6 +121,35 @@ class TimingConfig(_Section):
     )
 
 
+class DdpConfig(_Section):
+    """The `ddp` probe: launched with torchrun on world_size ranks of one host."""
+
+    world_size: int = Field(default=2, ge=1, description="ranks (one per GPU with nccl)")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        default="auto", description="auto: nccl on cuda, else gloo"
+    )
+    variants: list[Literal["eager", "compiled_ddp", "ddp_compiled"]] = Field(
+        default_factory=lambda: ["eager", "compiled_ddp", "ddp_compiled"]
+    )
+    steps: int = Field(default=6, ge=2, description="training steps per variant (the first warms up)")
+    bucket_cap_mb: float = Field(default=25.0, gt=0)
+
+
+class CustomOpsConfig(_Section):
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="torch.library namespaces to opcheck (default: those the workload uses)",
+    )
+
+
+class ProfileConfig(_Section):
+    steps: int = Field(default=5, ge=1, description="profiled steps, after warm-up")
+    top_kernels: int = Field(default=10, ge=1, description="kernels listed in a kernel_mix_changed finding")
+    min_change_pct: float = Field(
+        default=5.0, ge=0, description="per-kernel time change, in % of the step's kernel time, that counts"
+    )
+
+
 class GitHubConfig(_Section):
     """How perfcheck answers on GitHub; read from the base tree like everything else here."""
 
@@ -142,6 +177,9 @@ class Config(_Section):
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
     timing: TimingConfig = TimingConfig()
+    ddp: DdpConfig = DdpConfig()
+    custom_ops: CustomOpsConfig = CustomOpsConfig()
+    profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
     paths: list[str] = Field(
         default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"

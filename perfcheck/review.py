@@ -77,7 +77,7 @@ def select_probes(names: tuple[str, ...]) -> tuple[str, ...]:
     unknown = [n for n in names if n not in PROBE_NAMES]
     if unknown:
         raise UsageError(f"--probes: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBE_NAMES)}")
-    return names or PROBE_NAMES
+    return names  # empty: each workload's own `probes`, else DEFAULT_PROBES
 
 
 def check_tree(path: Path, flag: str) -> Path:

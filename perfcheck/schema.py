@@ -130,6 +130,92 @@ class Environment(_Strict):
     platform: str | None = None
 
 
+class Collective(_Strict):
+    """One kind of collective a training step issues, as the profiler saw it."""
+
+    op: str = Field(description="e.g. all_reduce, broadcast, all_gather")
+    group_size: int = Field(ge=1)
+    dtype: str
+    bytes: int = Field(ge=0, description="message size of one call")
+    count: int = Field(default=1, ge=1, description="calls per step")
+
+
+class RankGraphs(_Strict):
+    rank: int = Field(ge=0)
+    graph_hashes: list[str] = Field(description="hash of each compiled graph, in compile order")
+
+
+class DdpVariantMetrics(_Strict):
+    variant: Literal["eager", "compiled_ddp", "ddp_compiled"] = Field(
+        description="DDP(model); torch.compile(DDP(model)); DDP(torch.compile(model))"
+    )
+    step_ms: float | None = Field(default=None, ge=0, description="median step time on rank 0")
+    graph_count: int = Field(default=0, ge=0)
+    graph_breaks: list[GraphBreak] = Field(default=[], description="real breaks, not DDPOptimizer's")
+    ddp_splits: int = Field(default=0, ge=0, description="DDPOptimizer's intentional bucket splits")
+    ranks: list[RankGraphs] = []
+    collectives: list[Collective] = []
+    comm_overlap_pct: float | None = Field(
+        default=None, ge=0, le=100, description="share of communication time hidden behind compute"
+    )
+    error: str | None = None
+
+
+class DdpMetrics(_Strict):
+    backend: str
+    world_size: int = Field(ge=1)
+    variants: list[DdpVariantMetrics]
+
+
+class AmpOp(_Strict):
+    op: str = Field(description="ATen op or GPU kernel name")
+    dtype: str = Field(description="the dtype it ran in")
+    count: int = Field(default=1, ge=1)
+    location: SourceLocation | None = None
+    source: Literal["graph", "kernel"] = "graph"
+
+
+class AmpMetrics(_Strict):
+    dtype: Literal["bf16", "fp16"]
+    fp32_ops: list[AmpOp] = Field(default=[], description="matmul/conv-class ops left in fp32 under autocast")
+    autocast_breaks: list[GraphBreak] = Field(default=[], description="graph breaks at autocast boundaries")
+    low_precision_ops: int = Field(default=0, ge=0, description="matmul/conv-class ops in the low dtype")
+
+
+class CustomOpCheck(_Strict):
+    op: str = Field(description="namespace::name")
+    ok: bool
+    failed_check: str | None = Field(
+        default=None, description="e.g. test_faketensor, test_aot_dispatch_dynamic"
+    )
+    message: str | None = None
+
+
+class CustomOpMetrics(_Strict):
+    ops: list[CustomOpCheck] = []
+
+
+class KernelStat(_Strict):
+    name: str
+    kind: Literal["compute", "communication", "memory", "cpu_op"]
+    count: int = Field(ge=0)
+    total_us: float = Field(ge=0)
+
+
+class TraceMetrics(_Strict):
+    """A profile pass (never the timing run): per-kernel totals over the profiled steps."""
+
+    steps: int = Field(ge=1)
+    kernels: list[KernelStat] = Field(description="GPU kernels, or CPU ops when no GPU ran")
+    idle_pct: float | None = Field(default=None, ge=0, le=100)
+    compute_pct: float | None = Field(default=None, ge=0, le=100)
+    non_compute_pct: float | None = Field(default=None, ge=0, le=100)
+    comm_overlap_pct: float | None = Field(default=None, ge=0, le=100)
+    trace_file: str | None = Field(
+        default=None, description="the Kineto trace, relative to the output folder"
+    )
+
+
 class ProbeResult(_Strict):
     probe: str
     workload: str
@@ -141,6 +227,10 @@ class ProbeResult(_Strict):
     compile: CompileMetrics | None = None
     export: ExportMetrics | None = None
     timing: TimingMetrics | None = None
+    ddp: DdpMetrics | None = None
+    amp: AmpMetrics | None = None
+    custom_ops: CustomOpMetrics | None = None
+    trace: TraceMetrics | None = None
     details: dict[str, Any] = {}
 
 

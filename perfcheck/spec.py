@@ -9,7 +9,15 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import CompileConfig, ExportConfig, TimingConfig, WorkloadConfig
+from perfcheck.config import (
+    CompileConfig,
+    CustomOpsConfig,
+    DdpConfig,
+    ExportConfig,
+    ProfileConfig,
+    TimingConfig,
+    WorkloadConfig,
+)
 from perfcheck.schema import Side
 
 
@@ -24,6 +32,9 @@ class ProbeSpec(BaseModel):
     compile: CompileConfig = CompileConfig()
     export: ExportConfig = ExportConfig()
     timing: TimingConfig = TimingConfig()
+    ddp: DdpConfig = DdpConfig()
+    custom_ops: CustomOpsConfig = CustomOpsConfig()
+    profile: ProfileConfig = ProfileConfig()
     # Benchmark-only: busy work of this share of the calibrated step time added to every timed
     # step, a slowdown of known size for measuring detection rates (bench/trust.py).
     planted_slowdown_pct: float = Field(default=0.0, ge=0)

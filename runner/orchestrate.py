@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median
 
-from perfcheck.config import PROBE_NAMES as ALL_PROBES
-from perfcheck.config import Config, WorkloadConfig
+from perfcheck.config import DEFAULT_PROBES, Config, WorkloadConfig
 from perfcheck.progress import Progress
 from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, load_model
 from perfcheck.spec import ProbeSpec
@@ -43,7 +42,7 @@ class ReviewRun:
     config: Config
     device: str = "cpu"
     workloads: list[WorkloadConfig] = field(default_factory=list)
-    probes: tuple[str, ...] = ALL_PROBES
+    probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else DEFAULT_PROBES
     out_dir: Path = Path("perfcheck-out")
     jobs: int = 1
 
@@ -158,6 +157,9 @@ def _spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> Pr
         compile=run.config.compile,
         export=run.config.export,
         timing=run.config.timing,
+        ddp=run.config.ddp,
+        custom_ops=run.config.custom_ops,
+        profile=run.config.profile,
     )
 
 
@@ -169,7 +171,12 @@ def run_review(
     # Absolute: every worker runs with its side's tree as working directory.
     workdir = run.out_dir.resolve() / "probes"
     workdir.mkdir(parents=True, exist_ok=True)
-    wanted = [(wl, p) for wl in run.workloads for p in run.probes if wl.probes is None or p in wl.probes]
+    wanted = [
+        (wl, p)
+        for wl in run.workloads
+        for p in (run.probes or wl.probes or DEFAULT_PROBES)
+        if not run.probes or wl.probes is None or p in wl.probes
+    ]
     # Per-side probes go base then head, interleaved, so drift over the run hits both sides; with
     # jobs > 1 they overlap (structure does not depend on timing). Timing runs alone, both sides
     # at once in alternating rounds, after everything else has finished.
