@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from perfcheck.bot import compare_ddp
 from perfcheck.bot.stats import alarm, generations_verdict, is_host_bound
 from perfcheck.config import Config
 from perfcheck.schema import (
@@ -399,7 +400,7 @@ def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
 # Probes whose base/head comparison is a pure function of the two results and the config; each
 # lives in its own module (bot/compare_<probe>.py) and is listed here.
 Comparator = Callable[[str, ProbeResult, ProbeResult, Config], list[Finding]]
-COMPARATORS: dict[str, Comparator] = {}
+COMPARATORS: dict[str, Comparator] = {"ddp": compare_ddp.findings}
 
 
 def compare_workload(

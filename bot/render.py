@@ -10,7 +10,15 @@ import jinja2
 
 from perfcheck.bot import markdown
 from perfcheck.bot.causes import likely_cause
-from perfcheck.schema import Environment, ProbeResult, Review, TimingChange, TimingMetrics, WorkloadReview
+from perfcheck.schema import (
+    DdpVariantMetrics,
+    Environment,
+    ProbeResult,
+    Review,
+    TimingChange,
+    TimingMetrics,
+    WorkloadReview,
+)
 
 MARKER = "<!-- perfcheck:review -->"
 COMMENT_LIMIT = 65536  # GitHub's limit on an issue comment body
@@ -28,6 +36,11 @@ _TITLES = {
     "memory_regression": "More peak memory",
     "compile_latency_regression": "Slower compile",
     "environment_mismatch": "Different hardware",
+    "rank_graph_mismatch": "Ranks compiled different graphs",
+    "collective_drift": "Collectives changed",
+    "ddp_overlap_drop": "Less communication hidden behind compute",
+    "amp_fp32_fallback": "Matmul left in fp32 under autocast",
+    "custom_op_check_failed": "Custom op fails opcheck",
 }
 
 
@@ -98,6 +111,30 @@ def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingC
     return rows
 
 
+def _ddp_rows(bd: ProbeResult | None, hd: ProbeResult | None) -> list[Row]:
+    def variants(r: ProbeResult | None) -> dict[str, DdpVariantMetrics]:
+        return {v.variant: v for v in r.ddp.variants} if r and r.ddp else {}
+
+    bv, hv = variants(bd), variants(hd)
+    world = (hd or bd).ddp.world_size if (hd or bd) and (hd or bd).ddp else "?"  # type: ignore[union-attr]
+    rows: list[Row] = []
+    for name in [*bv, *[n for n in hv if n not in bv]]:
+        b, h = bv.get(name), hv.get(name)
+
+        def cell(v: DdpVariantMetrics | None, r: ProbeResult | None) -> str:
+            if v is None:
+                return _status(r) or "—"
+            if v.error:
+                return "fails"
+            overlap = f", {v.comm_overlap_pct:.0f} % hidden" if v.comm_overlap_pct is not None else ""
+            calls = sum(c.count for c in v.collectives)
+            step = f"{v.step_ms:.1f} ms" if v.step_ms is not None else "—"
+            return f"{step}, {calls} collectives{overlap}"
+
+        rows.append(Row(f"DDP {name} ({world} ranks)", cell(b, bd), cell(h, hd), ""))
+    return rows
+
+
 def workload_rows(wl: WorkloadReview) -> list[Row]:
     b, h = _by_probe(wl.base), _by_probe(wl.head)
     rows: list[Row] = []
@@ -139,6 +176,9 @@ def workload_rows(wl: WorkloadReview) -> list[Row]:
                 _pct(bm.cold_compile_s, hm.cold_compile_s) if bm and hm else "",
             )
         )
+    bd, hd = b.get("ddp"), h.get("ddp")
+    if bd or hd:
+        rows += _ddp_rows(bd, hd)
     be, he = b.get("export"), h.get("export")
     if be or he:
         bx = be.export if be else None

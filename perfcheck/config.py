@@ -132,7 +132,11 @@ class DdpConfig(_Section):
         default_factory=lambda: ["eager", "compiled_ddp", "ddp_compiled"]
     )
     steps: int = Field(default=6, ge=2, description="training steps per variant (the first warms up)")
-    bucket_cap_mb: float = Field(default=25.0, gt=0)
+    bucket_cap_mb: float = Field(
+        default=25.0,
+        ge=1,
+        description="DDP bucket size; at least its 1 MB first bucket (DDPOptimizer needs it)",
+    )
 
 
 class CustomOpsConfig(_Section):

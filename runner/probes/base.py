@@ -51,7 +51,11 @@ def register(name: str) -> Callable[[Callable[[], Probe]], Callable[[], Probe]]:
 def get_probe(name: str) -> Probe:
     # Probe modules register themselves on import; importing them here keeps import side effects
     # out of the package's __init__ and loads torch only in the worker.
-    from perfcheck.runner.probes import compile_probe, export_probe  # noqa: F401
+    from perfcheck.runner.probes import (  # noqa: F401
+        compile_probe,
+        ddp_probe,
+        export_probe,
+    )
 
     try:
         return _REGISTRY[name]()

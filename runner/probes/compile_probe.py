@@ -53,7 +53,7 @@ def _recompile_reasons() -> list[Recompile]:
     return out
 
 
-def _graph_breaks(explained: Any, tree: Path) -> list[GraphBreak]:
+def graph_breaks_of(explained: Any, tree: Path) -> list[GraphBreak]:
     grouped: Counter[tuple[str, str, SourceLocation | None]] = Counter()
     for reason in explained.break_reasons:
         frame = innermost_user_frame(reason.user_stack, tree) or (
@@ -117,7 +117,7 @@ class CompileProbe:
             backend=cfg.backend,
             graph_count=explained.graph_count,
             graph_break_count=explained.graph_break_count,
-            graph_breaks=_graph_breaks(explained, tree),
+            graph_breaks=graph_breaks_of(explained, tree),
             recompile_count=recompile_count,
             recompiles=recompiles,
             cold_compile_s=round(cold, 4),

@@ -1,0 +1,116 @@
+"""Findings of the `ddp` probe: ranks compiling different graphs, collectives that changed, and
+communication that no longer hides behind compute. Pure; torch-free."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from perfcheck.config import Config
+from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult
+
+
+def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
+    return {v.variant: v for v in m.variants if v.error is None} if m else {}
+
+
+def _rank_mismatch(v: DdpVariantMetrics) -> tuple[int, list[int]] | None:
+    """The first graph (1-based) where some rank's hash differs from rank 0's, and those ranks."""
+    if len(v.ranks) < 2:
+        return None
+    ref = v.ranks[0].graph_hashes
+    longest = max(len(r.graph_hashes) for r in v.ranks)
+    for i in range(longest):
+        odd = [
+            r.rank
+            for r in v.ranks[1:]
+            if i >= len(r.graph_hashes) or i >= len(ref) or r.graph_hashes[i] != ref[i]
+        ]
+        if odd:
+            return i + 1, odd
+    return None
+
+
+def _collective_key(v: DdpVariantMetrics) -> Counter[tuple[str, int, str, int]]:
+    return Counter({(c.op, c.group_size, c.dtype, c.bytes): c.count for c in v.collectives})
+
+
+def _describe(keys: Counter[tuple[str, int, str, int]]) -> list[str]:
+    return [f"{n}× {op} of {b:,} B {dtype} over {g} ranks" for (op, g, dtype, b), n in sorted(keys.items())]
+
+
+def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+    out: list[Finding] = []
+    b, h = _variants(base.ddp), _variants(head.ddp)
+    backend = head.ddp.backend if head.ddp else "?"
+    # nccl: HolisticTraceAnalysis's time-based overlap; gloo: the share of collectives launched
+    # before backward's last node (runner/comm_trace.py says why).
+    for name, hv in h.items():
+        bv = b.get(name)
+        mismatch = _rank_mismatch(hv)
+        if mismatch is not None:
+            graph, ranks = mismatch
+            already = bv is not None and _rank_mismatch(bv) is not None
+            out.append(
+                Finding(
+                    category="rank_graph_mismatch",
+                    severity="warning" if already else "error",
+                    workload=workload,
+                    probe="ddp",
+                    message=f"{name}: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+                    f"compiled a different graph #{graph} than rank 0"
+                    + (" (already so on base)" if already else ""),
+                    evidence={
+                        "variant": name,
+                        "graph": graph,
+                        "ranks": ranks,
+                        "hashes": {str(r.rank): r.graph_hashes for r in hv.ranks},
+                    },
+                )
+            )
+        if bv is None:
+            continue
+        before, after = _collective_key(bv), _collective_key(hv)
+        if before != after:
+            bytes_before = sum(k[3] * n for k, n in before.items())
+            bytes_after = sum(k[3] * n for k, n in after.items())
+            out.append(
+                Finding(
+                    category="collective_drift",
+                    severity="error",
+                    workload=workload,
+                    probe="ddp",
+                    message=f"{name}: collectives per step changed ({sum(before.values())} → "
+                    f"{sum(after.values())} calls, {bytes_before:,} → {bytes_after:,} B): "
+                    + "; ".join(
+                        [f"now {d}" for d in _describe(after - before)[:3]]
+                        + [f"no longer {d}" for d in _describe(before - after)[:3]]
+                    ),
+                    evidence={
+                        "variant": name,
+                        "removed": _describe(before - after),
+                        "added": _describe(after - before),
+                    },
+                )
+            )
+        if bv.comm_overlap_pct is not None and hv.comm_overlap_pct is not None:
+            drop = bv.comm_overlap_pct - hv.comm_overlap_pct
+            if drop > config.budgets.max_overlap_drop_pp:
+                out.append(
+                    Finding(
+                        category="ddp_overlap_drop",
+                        severity="error",
+                        workload=workload,
+                        probe="ddp",
+                        message=f"{name}: communication hidden behind compute "
+                        f"{bv.comm_overlap_pct:.1f} % → {hv.comm_overlap_pct:.1f} %, a drop of {drop:.1f} pp "
+                        f"(budget {config.budgets.max_overlap_drop_pp:g} pp)",
+                        evidence={
+                            "variant": name,
+                            "base_pct": bv.comm_overlap_pct,
+                            "head_pct": hv.comm_overlap_pct,
+                            "ddp_splits": [bv.ddp_splits, hv.ddp_splits],
+                            "backend": backend,
+                        },
+                    )
+                )
+    return out

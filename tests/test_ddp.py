@@ -1,0 +1,167 @@
+"""The `ddp` probe on the CPU: two gloo ranks launched by torchrun, real DDP, real torch.compile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from conftest import ReviewFn, write_tree
+
+from perfcheck.bot.compare_ddp import findings
+from perfcheck.config import Config, parse_config
+from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
+from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult, RankGraphs
+
+# Six 512×512 layers: with 1 MB buckets each layer is its own bucket, so DDPOptimizer splits.
+MODEL = """\
+{prelude}
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(512, 512) for _ in range(6))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        {change}
+        return x
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(64, 512, device=device),)
+"""
+
+
+def tree(root: Path, change: str = "pass", prelude: str = "") -> Path:
+    return write_tree(root, {"model.py": MODEL.format(change=change, prelude=prelude)})
+
+
+def config(variants: str = "[compiled_ddp]") -> Config:
+    return parse_config(
+        f"""
+workloads: [{{name: net, entry: model.py:build, timeout_s: 300}}]
+compile: {{backend: aot_eager}}
+ddp: {{world_size: 2, bucket_cap_mb: 1, steps: 3, variants: {variants}}}
+""",
+        "test-config.yml",
+    )
+
+
+def categories(result: Any) -> set[str]:
+    return {f.category for f in result.findings}
+
+
+def test_rank_dependent_python_compiles_different_graphs(review: ReviewFn, tmp_path: Path) -> None:
+    base = tree(tmp_path / "base")
+    head = tree(tmp_path / "head", "x = x * 2 if torch.distributed.get_rank() == 1 else x")
+    result = review(base, head, config(), probes=("ddp",))
+    (mismatch,) = [f for f in result.findings if f.category == "rank_graph_mismatch"]
+    assert mismatch.severity == "error" and mismatch.evidence["ranks"] == [1]
+    assert "compiled_ddp" in mismatch.message
+    hashes = mismatch.evidence["hashes"]
+    assert (
+        hashes["0"][:-1] == hashes["1"][:-1] and hashes["0"][-1] != hashes["1"][-1]
+    )  # only the last differs
+    (base_ddp,) = result.workloads[0].base
+    variant = base_ddp.ddp.variants[0]  # type: ignore[union-attr]
+    assert variant.ddp_splits >= 5 and variant.graph_count == 1  # DDPOptimizer's splits, not breaks
+    assert variant.graph_breaks == []
+    # 6 weights + 6 biases, all float32, in 1 MB buckets: every byte of every parameter once per step
+    assert sum(c.bytes * c.count for c in variant.collectives) == 6 * (512 * 512 + 512) * 4
+
+
+def test_turning_off_ddpoptimizer_stops_the_overlap(review: ReviewFn, tmp_path: Path) -> None:
+    # A real regression a PR can make: the whole backward becomes one compiled graph, so every
+    # gradient is ready only at its end and no all-reduce can overlap it.
+    base = tree(tmp_path / "base")
+    head = tree(tmp_path / "head", prelude="import torch._dynamo\ntorch._dynamo.config.optimize_ddp = False")
+    result = review(base, head, config("[eager, compiled_ddp]"), probes=("ddp",))
+    assert {"ddp_overlap_drop", "collective_drift"} <= categories(result)
+    (drop,) = [f for f in result.findings if f.category == "ddp_overlap_drop"]
+    assert drop.evidence["variant"] == "compiled_ddp"
+    assert drop.evidence["base_pct"] > 50 and drop.evidence["head_pct"] == 0
+    assert drop.evidence["ddp_splits"][0] >= 5 and drop.evidence["ddp_splits"][1] == 0
+    # eager DDP is untouched by a Dynamo setting: no finding names it
+    assert not [f for f in result.findings if f.evidence.get("variant") == "eager"]
+
+
+# -- pure parts -----------------------------------------------------------------------------------
+
+
+def _x(name: str, ts: float, dur: float, tid: int = 1, cat: str = "cpu_op", **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "tid": tid, "cat": cat, "args": args}
+
+
+def test_collectives_from_nccl_and_gloo_events() -> None:
+    allreduce = {"Collective name": "allreduce", "dtype": "Float", "In msg nelems": 10, "Group size": 4}
+    barrier = {"Collective name": "barrier", "dtype": "Byte", "In msg nelems": 1, "Group size": 4}
+    nccl = [
+        _x("record_param_comms", 0, 1, **allreduce),
+        _x("record_param_comms", 5, 1, **allreduce),
+        _x("record_param_comms", 9, 1, **barrier),
+    ]
+    (c,) = collectives(nccl, world_size=4, steps=2)
+    assert (c.op, c.group_size, c.dtype, c.bytes, c.count) == ("all_reduce", 4, "Float", 40, 1)
+    gloo = [_x("gloo:all_reduce", 0, 3, tid=9, **{"Input type": ["c10::BFloat16"], "Input Dims": [[3, 5]]})]
+    (g,) = collectives(gloo, world_size=2)
+    assert (g.op, g.bytes, g.group_size) == ("all_reduce", 30, 2)
+
+
+def test_overlap_on_gpu_follows_hta() -> None:
+    # NCCL 0-10 µs; compute 2-4 and 6-12: 2 + 4 = 6 of 10 µs hidden.
+    kernels = [
+        _x("ncclDevKernel_AllReduce", 0, 10, cat="kernel"),
+        _x("sgemm", 2, 2, cat="kernel"),
+        _x("elementwise", 6, 6, cat="kernel"),
+    ]
+    assert comm_overlap_pct(kernels) == 60.0
+
+
+def test_overlap_on_cpu_counts_collectives_launched_before_backward_ends() -> None:
+    node = "autograd::engine::evaluate_function: "
+    step = [
+        _x("perfcheck:step", 0, 100),
+        _x(node + "AddmmBackward0", 10, 5),
+        _x("c10d::allreduce_", 16, 1),  # before the next backward node: hidden
+        _x(node + "AddmmBackward0", 20, 5),
+        _x(node + "torch::autograd::AccumulateGrad", 26, 1),  # only stores a gradient
+        _x("c10d::allreduce_", 28, 1),  # after backward's last node: not hidden
+    ]
+    assert comm_overlap_pct(step) == 50.0
+
+
+def _variant(hashes: dict[int, list[str]], overlap: float, **kw: Any) -> DdpVariantMetrics:
+    return DdpVariantMetrics(
+        variant="compiled_ddp",
+        ranks=[RankGraphs(rank=r, graph_hashes=h) for r, h in hashes.items()],
+        comm_overlap_pct=overlap,
+        **kw,
+    )
+
+
+def _result(side: str, v: DdpVariantMetrics) -> ProbeResult:
+    return ProbeResult(
+        probe="ddp",
+        workload="net",
+        side=side,  # type: ignore[arg-type]
+        status="ok",
+        duration_s=1,
+        ddp=DdpMetrics(backend="nccl", world_size=2, variants=[v]),
+    )
+
+
+def test_comparator_budget_and_existing_mismatch() -> None:
+    same = {0: ["a", "b"], 1: ["a", "b"]}
+    base = _result("base", _variant({0: ["a"], 1: ["z"]}, 60.0))
+    head = _result("head", _variant({0: ["a"], 1: ["z"]}, 55.0))
+    (only,) = findings("net", base, head, Config())
+    assert only.category == "rank_graph_mismatch" and only.severity == "warning"  # already on base
+    small_drop = findings(
+        "net", _result("base", _variant(same, 60.0)), _result("head", _variant(same, 51.0)), Config()
+    )
+    assert small_drop == []  # 9 pp is within the default 10 pp budget
