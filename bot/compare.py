@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from perfcheck.bot import compare_ddp
+from perfcheck.bot.compare_amp import amp_findings
+from perfcheck.bot.compare_custom_ops import custom_op_findings
 from perfcheck.bot.stats import alarm, generations_verdict, is_host_bound
 from perfcheck.config import Config
 from perfcheck.schema import (
@@ -401,6 +403,8 @@ def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
 # lives in its own module (bot/compare_<probe>.py) and is listed here.
 Comparator = Callable[[str, ProbeResult, ProbeResult, Config], list[Finding]]
 COMPARATORS: dict[str, Comparator] = {"ddp": compare_ddp.findings}
+COMPARATORS["amp"] = amp_findings
+COMPARATORS["custom_ops"] = custom_op_findings
 
 
 def compare_workload(

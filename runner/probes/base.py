@@ -52,7 +52,9 @@ def get_probe(name: str) -> Probe:
     # Probe modules register themselves on import; importing them here keeps import side effects
     # out of the package's __init__ and loads torch only in the worker.
     from perfcheck.runner.probes import (  # noqa: F401
+        amp_probe,
         compile_probe,
+        custom_op_probe,
         ddp_probe,
         export_probe,
     )

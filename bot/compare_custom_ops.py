@@ -1,0 +1,43 @@
+"""custom_op_check_failed: a custom op that fails torch.library.opcheck on head. Pure; no torch.
+
+A check that fails on head but not on base is the PR's doing (error); one that fails the same
+way on both sides is old news, still shown so it is not forgotten (warning).
+"""
+
+from __future__ import annotations
+
+from perfcheck.config import Config
+from perfcheck.schema import CustomOpCheck, Finding, ProbeResult
+
+# opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
+NO_CHECK = "opcheck"
+
+
+def check_name(c: CustomOpCheck) -> str:
+    return c.failed_check or NO_CHECK
+
+
+def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+    h = head.custom_ops
+    if h is None:
+        return []
+    failing_on_base = {
+        (c.op, check_name(c)) for c in (base.custom_ops.ops if base.custom_ops else []) if not c.ok
+    }
+    out: list[Finding] = []
+    for c in h.ops:
+        if c.ok:
+            continue
+        still = (c.op, check_name(c)) in failing_on_base
+        out.append(
+            Finding(
+                category="custom_op_check_failed",
+                severity="warning" if still else "error",
+                workload=wl,
+                probe="custom_ops",
+                message=f"custom op {c.op} fails opcheck's {check_name(c)}"
+                + (" (still failing: it does on base too)" if still else ""),
+                evidence={"op": c.op, "check": check_name(c), "message": c.message or "", "on_base": still},
+            )
+        )
+    return out

@@ -1,0 +1,141 @@
+"""The custom_ops probe: ``torch.library.opcheck`` on each custom op the workload calls.
+
+One eager step runs under a TorchDispatchMode that snapshots the arguments of the first call of
+every operator outside PyTorch's own namespaces (or, when the config names namespaces, inside
+those). opcheck then runs on exactly those arguments, so the fake kernel is compared with the
+real one on the shapes, dtypes and devices the model really uses, not on made-up samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map
+
+from perfcheck.runner import step as steps
+from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.schema import CustomOpCheck, CustomOpMetrics
+from perfcheck.spec import ProbeSpec
+
+# PyTorch's own operator namespaces; '_'-prefixed ones (_c10d_functional, _quantized, ...) are
+# internal too. Anything else was registered by a project through torch.library or TORCH_LIBRARY.
+_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "debugprims", "inductor", "profiler"})
+MESSAGE_LIMIT = 2000
+
+Call = tuple[tuple[Any, ...], dict[str, Any]]
+
+
+def is_custom(namespace: str, configured: list[str]) -> bool:
+    if configured:
+        return namespace in configured
+    return namespace not in _TORCH_NAMESPACES and not namespace.startswith("_")
+
+
+def op_label(op: torch._ops.OpOverload) -> str:
+    overload = op._overloadname
+    return op._schema.name + ("" if overload == "default" else f".{overload}")
+
+
+def _snapshot(call: Call, keep_grad: bool) -> Call:
+    # A copy, because the op or a later one may write into its inputs. An inference step never
+    # differentiates through the op, so its inputs do not require grad there and opcheck must not
+    # ask for a backward the workload never runs.
+    def copy(x: Any) -> Any:
+        if not isinstance(x, torch.Tensor):
+            return x
+        out = x.detach().clone()
+        return out.requires_grad_(keep_grad and x.requires_grad)
+
+    return tree_map(copy, call)  # type: ignore[no-any-return]
+
+
+class _FirstCalls(TorchDispatchMode):
+    def __init__(self, wanted: Callable[[str], bool], keep_grad: bool) -> None:
+        super().__init__()
+        self.wanted = wanted
+        self.keep_grad = keep_grad
+        self.calls: dict[torch._ops.OpOverload, Call] = {}
+
+    def __torch_dispatch__(
+        self,
+        func: torch._ops.OpOverload,
+        types: Any,
+        args: tuple[Any, ...] = (),
+        kwargs: dict[str, Any] | None = None,
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func not in self.calls and self.wanted(func.namespace):
+            self.calls[func] = _snapshot((args, kwargs), self.keep_grad)
+        return func(*args, **kwargs)
+
+
+def describe(err: object) -> str:
+    text = f"{type(err).__name__}: {str(err).strip()}" if isinstance(err, BaseException) else str(err)
+    return text if len(text) <= MESSAGE_LIMIT else text[:MESSAGE_LIMIT] + " …"
+
+
+def summarize(op: str, results: dict[str, Any]) -> CustomOpCheck:
+    """One op's opcheck results (check name -> "SUCCESS" or the exception), first failure first."""
+    failed = [(check, outcome) for check, outcome in results.items() if outcome != "SUCCESS"]
+    if not failed:
+        return CustomOpCheck(op=op, ok=True)
+    check, outcome = failed[0]
+    message = describe(outcome)
+    if len(failed) > 1:
+        message += f"\n(also fails: {', '.join(c for c, _ in failed[1:])})"
+    return CustomOpCheck(op=op, ok=False, failed_check=check, message=message)
+
+
+def opcheck(op: torch._ops.OpOverload, call: Call) -> CustomOpCheck:
+    args, kwargs = call
+    try:
+        results = torch.library.opcheck(op, args, kwargs, raise_exception=False)
+    except Exception as err:  # opcheck refusing the op is itself the result, not a probe crash
+        return CustomOpCheck(op=op_label(op), ok=False, message=f"opcheck could not run: {describe(err)}")
+    return summarize(op_label(op), results)
+
+
+def registered_ops(namespaces: list[str]) -> list[str]:
+    return sorted(
+        name for name in torch._C._dispatch_get_all_op_names() if name.split("::", 1)[0] in namespaces
+    )
+
+
+class CustomOpProbe:
+    name = "custom_ops"
+
+    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
+        wl = spec.workload
+        configured = spec.custom_ops.namespaces
+        built = build()
+        model = steps.prepare(built.model, wl.train)
+        step = steps.make_step(model, wl.train, wl.amp, spec.device)
+        recorder = _FirstCalls(lambda ns: is_custom(ns, configured), keep_grad=wl.train)
+        details: dict[str, Any] = {}
+        try:
+            with recorder:
+                step(*built.inputs)
+            steps.synchronize(spec.device)
+        except Exception as err:
+            # A custom op's own bug (no autograd formula, a bad kernel) often stops the step; the
+            # calls recorded before it are what opcheck needs to say which registration is wrong.
+            if not recorder.calls:
+                raise
+            details["step_error"] = describe(err)
+
+        checks = [opcheck(op, call) for op, call in sorted(recorder.calls.items(), key=lambda kv: str(kv[0]))]
+        if configured:
+            called = {op._schema.name for op in recorder.calls}
+            # opcheck needs real arguments; an op the workload never calls has none to offer.
+            unexercised = [name for name in registered_ops(configured) if name not in called]
+            if unexercised:
+                details["not_exercised"] = unexercised
+        return ProbeOutput(metrics={"custom_ops": CustomOpMetrics(ops=checks), "details": details})
+
+
+@register("custom_ops")
+def _factory() -> CustomOpProbe:
+    return CustomOpProbe()
