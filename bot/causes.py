@@ -22,6 +22,19 @@ _BY_CATEGORY = {
     "memory_regression": "lost fusion, more saved activations, or dtype promotion.",
     "compile_latency_regression": "more graphs, more recompiles, autotuning, or larger graphs.",
     "environment_mismatch": "the two sides ran on different machines or drivers; rerun both on one runner.",
+    "rank_graph_mismatch": "Python that depends on the rank (or on anything that differs between ranks) "
+    "is traced into the graph, so ranks run different programs: collectives can mismatch and hang.",
+    "collective_drift": "DDP's buckets were re-split (parameter order, sizes or dtypes changed) or a "
+    "collective moved across a graph break.",
+    "ddp_overlap_drop": "gradients become ready later: DDPOptimizer's bucket splits lost (e.g. "
+    "`torch._dynamo.config.optimize_ddp = False`), a graph break inside the DDP forward, or compiled "
+    "autograd off.",
+    "amp_fp32_fallback": "an explicit `.float()` or a disabled autocast region around a matmul/conv, or an "
+    "op without a low-precision kernel.",
+    "custom_op_check_failed": "the op's fake (meta) implementation disagrees with the real kernel, or its "
+    "autograd registration is missing.",
+    "kernel_mix_changed": "lost fusion, a fallback kernel or extra copies: compare the two profiles with "
+    "`perfcheck trace diff`.",
 }
 
 _BY_BREAK_TYPE = (
