@@ -179,6 +179,26 @@ def workload_rows(wl: WorkloadReview) -> list[Row]:
     bd, hd = b.get("ddp"), h.get("ddp")
     if bd or hd:
         rows += _ddp_rows(bd, hd)
+    ba, ha = b.get("amp"), h.get("amp")
+    if ba or ha:
+
+        def fp32(r: ProbeResult | None) -> str:
+            if r is None or r.amp is None:
+                return _status(r) or "—"
+            return f"{sum(o.count for o in r.amp.fp32_ops)} fp32 / {r.amp.low_precision_ops} {r.amp.dtype}"
+
+        dtype = next((r.amp.dtype for r in (ha, ba) if r and r.amp), "low precision")
+        rows.append(Row(f"matmul/conv ops under {dtype} autocast", fp32(ba), fp32(ha), ""))
+    bo, ho = b.get("custom_ops"), h.get("custom_ops")
+    if bo or ho:
+
+        def passing(r: ProbeResult | None) -> str:
+            if r is None or r.custom_ops is None:
+                return _status(r) or "—"
+            ops = r.custom_ops.ops
+            return f"{sum(o.ok for o in ops)} of {len(ops)} pass"
+
+        rows.append(Row("custom ops (opcheck)", passing(bo), passing(ho), ""))
     be, he = b.get("export"), h.get("export")
     if be or he:
         bx = be.export if be else None
