@@ -4,6 +4,7 @@
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
+#   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 # Packages the image lacks (pydantic and its needs, perfcheck itself) travel as wheels in .whl/.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -69,5 +70,28 @@ case "$1" in
     cp /tmp/ws-1/perfcheck-out/probes.json "$OUT/action/probes-1.json"
     cp /tmp/ws-2/perfcheck-out/probes.json "$OUT/action/probes-2.json"
     ;;
-  *) echo "usage: bench/h200.sh trust|suite|demo|action ..." >&2; exit 2 ;;
+  distributed)
+    # The demo (head: a graph break and GELU) and the built-in MLP under the opt-in probes on the
+    # GPU: DDP with NCCL on the one GPU, then two gloo ranks sharing it; AMP in bf16 and fp16; the
+    # profile pass and its CUDA-trace diff.
+    for run in nccl1 gloo2; do
+      rm -rf /tmp/d && mkdir -p /tmp/d && cp -r examples/demo/base /tmp/d/base && cp -r examples/demo/head /tmp/d/head
+      if [ $run = nccl1 ]; then ddp="{world_size: 1, backend: nccl}"; else ddp="{world_size: 2, backend: gloo}"; fi
+      cat > /tmp/d/perfcheck.yml <<EOF2
+workloads:
+  - {name: classifier, entry: model.py:build, train: true, amp: bf16, probes: [${PROBES:-ddp,amp}]}
+  - {name: mlp, entry: mlp, train: true, amp: fp16, probes: [${PROBES:-ddp,amp}]}
+ddp: $ddp
+EOF2
+      start=$(date +%s)
+      python3 -m perfcheck probe --base /tmp/d/base --head /tmp/d/head --config /tmp/d/perfcheck.yml --device cuda \
+        --out "$OUT/dist-$run" 2> "$OUT/dist-$run.log"
+      echo "$run probe: exit code $? · wall $(( $(date +%s) - start )) s"
+      grep "^\[" "$OUT/dist-$run.log" | tail -8
+      python3 -m perfcheck report "$OUT/dist-$run" --config /tmp/d/perfcheck.yml --out "$OUT/dist-$run" > /dev/null
+      echo "$run report: exit code $?"
+      find "$OUT/dist-$run/probes" -type f ! -name '*.log' -delete
+    done
+    ;;
+  *) echo "usage: bench/h200.sh trust|suite|demo|action|distributed ..." >&2; exit 2 ;;
 esac

@@ -129,7 +129,12 @@ def _ddp_rows(bd: ProbeResult | None, hd: ProbeResult | None) -> list[Row]:
             overlap = f", {v.comm_overlap_pct:.0f} % hidden" if v.comm_overlap_pct is not None else ""
             calls = sum(c.count for c in v.collectives)
             step = f"{v.step_ms:.1f} ms" if v.step_ms is not None else "—"
-            return f"{step}, {calls} collectives{overlap}"
+            graphs = ""
+            if v.variant != "eager":
+                breaks = sum(g.count for g in v.graph_breaks)
+                graphs = f", {v.graph_count} graph{'s' if v.graph_count != 1 else ''}"
+                graphs += f" ({breaks} break{'s' if breaks != 1 else ''}, {v.ddp_splits} DDP splits)"
+            return f"{step}{graphs}, {calls} collectives{overlap}"
 
         rows.append(Row(f"DDP {name} ({world} ranks)", cell(b, bd), cell(h, hd), ""))
     return rows

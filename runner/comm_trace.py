@@ -145,4 +145,7 @@ def _cpu_overlap_pct(done: list[dict[str, Any]]) -> float | None:
 def comm_overlap_pct(events: Iterable[dict[str, Any]]) -> float | None:
     done = _complete(events)
     kernels = [e for e in done if e.get("cat") == "kernel"]
-    return _gpu_overlap_pct(kernels) if kernels else _cpu_overlap_pct(done)
+    if any("nccl" in str(e.get("name", "")).lower() for e in kernels):
+        return _gpu_overlap_pct(kernels)
+    # gloo, even with CUDA tensors, communicates from host threads: judge it by launch order.
+    return _cpu_overlap_pct(done)
