@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from perfcheck.bot import compare_ddp
+from perfcheck.bot import compare_ddp, compare_profile
 from perfcheck.bot.compare_amp import amp_findings
 from perfcheck.bot.compare_custom_ops import custom_op_findings
 from perfcheck.bot.stats import alarm, generations_verdict, is_host_bound
@@ -405,6 +405,7 @@ Comparator = Callable[[str, ProbeResult, ProbeResult, Config], list[Finding]]
 COMPARATORS: dict[str, Comparator] = {"ddp": compare_ddp.findings}
 COMPARATORS["amp"] = amp_findings
 COMPARATORS["custom_ops"] = custom_op_findings
+COMPARATORS["profile"] = compare_profile.findings
 
 
 def compare_workload(

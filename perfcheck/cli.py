@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from perfcheck import __version__
+from perfcheck.argtypes import positive
+from perfcheck.trace_cli import add_trace_parser
 
 EXIT_BAD_INPUT = 2
 EXIT_GITHUB = 1  # publish/plan: GitHub refused or could not be reached, after retries
@@ -20,16 +22,6 @@ EXIT_GITHUB = 1  # publish/plan: GitHub refused or could not be reached, after r
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _positive(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {value!r}")
-    return n
 
 
 def _request(args: argparse.Namespace) -> object:
@@ -369,7 +361,7 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--head-python", help="python interpreter for the head side (default: this one)")
     parser.add_argument(
         "--jobs",
-        type=_positive,
+        type=positive,
         default=1,
         help="per-side probes to run at once (default 1; timing always runs alone)",
     )
@@ -473,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument(
         "--plan-file", type=Path, help="plan.json from `perfcheck plan` (for --sha and --pr when not given)"
     )
-    publish.add_argument("--pr", type=_positive, help="pull request number (default: found from --sha)")
+    publish.add_argument("--pr", type=positive, help="pull request number (default: found from --sha)")
     publish.add_argument("--repo", help="OWNER/NAME (default: $GITHUB_REPOSITORY)")
     publish.add_argument("--config", type=Path, help="settings file (default: perfcheck.yml here)")
     publish.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
@@ -516,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("result", type=Path, help="path to result.json")
     render.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
     render.set_defaults(func=_cmd_render)
+    add_trace_parser(sub)
     return parser
 
 

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from perfcheck.bot.trace.intervals import covered, merge, shared
 from perfcheck.schema import Collective
 
 _DTYPE_BYTES = {
@@ -74,29 +75,6 @@ def collectives(events: Iterable[dict[str, Any]], world_size: int, steps: int = 
     ]
 
 
-def merge(intervals: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
-    out: list[tuple[float, float]] = []
-    for start, end in sorted(intervals):
-        if out and start <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], end))
-        else:
-            out.append((start, end))
-    return out
-
-
-def covered(a: list[tuple[float, float]], b: list[tuple[float, float]]) -> float:
-    """Total length of the intersection of two merged interval lists."""
-    total, i, j = 0.0, 0, 0
-    while i < len(a) and j < len(b):
-        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
-        total += max(0.0, hi - lo)
-        if a[i][1] < b[j][1]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
 STEP_MARK = "perfcheck:step"
 _BACKWARD_NODE = "autograd::engine::evaluate_function: "
 
@@ -106,10 +84,10 @@ def _gpu_overlap_pct(kernels: list[dict[str, Any]]) -> float | None:
     comm = [e for e in kernels if "nccl" in str(e.get("name", "")).lower()]
     compute = [e for e in kernels if "nccl" not in str(e.get("name", "")).lower()]
     comm_iv = merge((e["ts"], e["ts"] + e["dur"]) for e in comm)
-    total = sum(hi - lo for lo, hi in comm_iv)
+    total = covered(comm_iv)
     if total <= 0:
         return None
-    hidden = covered(comm_iv, merge((e["ts"], e["ts"] + e["dur"]) for e in compute))
+    hidden = shared(comm_iv, merge((e["ts"], e["ts"] + e["dur"]) for e in compute))
     return round(100.0 * hidden / total, 2)
 
 

@@ -12,7 +12,7 @@ from conftest import DEMO, model_tree, write_tree
 
 from perfcheck.cli import build_parser, main
 
-SUBCOMMANDS = ("review", "probe", "report", "schema", "render", "plan", "publish", "serve")
+SUBCOMMANDS = ("review", "probe", "report", "schema", "render", "plan", "publish", "serve", "trace")
 
 
 def perfcheck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -57,6 +57,7 @@ def get_probe(name: str) -> Probe:
         custom_op_probe,
         ddp_probe,
         export_probe,
+        profile_probe,
     )
 
     try:

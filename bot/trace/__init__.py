@@ -1,0 +1,30 @@
+"""Torch-free analytics of PyTorch profiler (Kineto) traces: a streaming reader, HTA-compatible
+overlap and temporal breakdown, per-kernel totals and a base-vs-head diff.
+
+The bot side reads traces as untrusted data without torch; the runner uses the same code to
+summarise the trace of its profile pass.
+"""
+
+from perfcheck.bot.trace.diff import Change, diff_times, structural
+from perfcheck.bot.trace.event import Event
+from perfcheck.bot.trace.kinds import Kind, kernel_kind
+from perfcheck.bot.trace.names import short_name
+from perfcheck.bot.trace.reader import TraceError, iter_events
+from perfcheck.bot.trace.summary import Breakdown, OpTotal, TraceSummary, summarize, summarize_events
+
+__all__ = [
+    "Breakdown",
+    "Change",
+    "Event",
+    "Kind",
+    "OpTotal",
+    "TraceError",
+    "TraceSummary",
+    "diff_times",
+    "iter_events",
+    "kernel_kind",
+    "short_name",
+    "structural",
+    "summarize",
+    "summarize_events",
+]

@@ -1,0 +1,246 @@
+"""One streaming pass over a trace: per-kernel totals, the temporal breakdown and the share of
+communication hidden behind compute.
+
+The definitions are HolisticTraceAnalysis's (``get_temporal_breakdown``, ``get_comm_comp_overlap``),
+so figures compare with HTA's:
+
+- GPU activity is every event with a stream (kernels, memcpy, memset), all streams together.
+- The last ProfilerStep is dropped, as HTA does by default: a GPU activity counts only if the CPU
+  call that launched it (same correlation id) started before the last step began, and a CPU op
+  only if it started before then. A trace with fewer than two steps is taken whole.
+- Breakdown, over the span from the first kept GPU activity to the end of the last: idle is the
+  time no activity runs, compute the time some compute kernel runs, non-compute the rest.
+- Overlap: the time both a compute and a communication kernel run, over the time a
+  communication kernel runs.
+
+Only a few numbers per event are kept (in arrays, not objects), so memory follows the number of
+kernels and ops, not the size of the file.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfcheck.bot.trace.intervals import Interval, covered, merge, shared
+from perfcheck.bot.trace.kinds import kernel_kind
+from perfcheck.bot.trace.reader import Event, iter_events
+from perfcheck.bot.trace.self_time import self_times
+
+STEP_MARK = "ProfilerStep"
+# HTA drops "Trace" (the whole-trace span) and, by default, Python stack events.
+_SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
+CPU_OP = "cpu_op"
+
+
+@dataclass(frozen=True)
+class OpTotal:
+    """One kernel (or CPU op) name over the analysed steps."""
+
+    name: str
+    kind: str  # a kinds.Kind for GPU activity, "cpu_op" for CPU ops (self time)
+    count: int
+    total_us: float
+
+
+@dataclass(frozen=True)
+class Breakdown:
+    span_us: float
+    idle_us: float
+    compute_us: float
+    non_compute_us: float
+
+    def _pct(self, part: float) -> float:
+        # Rounding error must not push a share outside 0..100.
+        return min(100.0, max(0.0, 100.0 * part / self.span_us)) if self.span_us > 0 else 0.0
+
+    @property
+    def idle_pct(self) -> float:
+        return self._pct(self.idle_us)
+
+    @property
+    def compute_pct(self) -> float:
+        return self._pct(self.compute_us)
+
+    @property
+    def non_compute_pct(self) -> float:
+        return self._pct(self.non_compute_us)
+
+
+@dataclass(frozen=True)
+class TraceSummary:
+    events: int  # events with a duration (complete events): what the analyses read
+    steps: int = 0  # ProfilerSteps analysed
+    last_step_dropped: bool = False
+    kernels: tuple[OpTotal, ...] = ()  # GPU activity, by total time, largest first
+    cpu_ops: tuple[OpTotal, ...] = ()  # CPU ops by self time, largest first
+    breakdown: Breakdown | None = None
+    comm_overlap_pct: float | None = None  # None when no communication kernel ran
+
+    @property
+    def on_gpu(self) -> bool:
+        return bool(self.kernels)
+
+    @property
+    def ops(self) -> tuple[OpTotal, ...]:
+        """What a diff compares: GPU kernels when the trace has any, else CPU ops."""
+        return self.kernels or self.cpu_ops
+
+    def per_step(self) -> dict[str, float]:
+        """Microseconds per analysed step of each of ``ops``."""
+        steps = max(self.steps, 1)
+        return {op.name: op.total_us / steps for op in self.ops}
+
+
+@dataclass
+class _Columns:
+    """What the pass keeps: a few numbers per GPU activity, launch and CPU op."""
+
+    names: dict[str, int] = field(default_factory=dict)
+    kinds: list[str] = field(default_factory=list)
+    threads: dict[tuple[Any, Any], int] = field(default_factory=dict)
+    gpu_name: array[int] = field(default_factory=lambda: array("l"))
+    gpu_ts: array[float] = field(default_factory=lambda: array("d"))
+    gpu_dur: array[float] = field(default_factory=lambda: array("d"))
+    gpu_corr: array[int] = field(default_factory=lambda: array("q"))
+    launch_corr: array[int] = field(default_factory=lambda: array("q"))
+    launch_ts: array[float] = field(default_factory=lambda: array("d"))
+    cpu_name: array[int] = field(default_factory=lambda: array("l"))
+    cpu_thread: array[int] = field(default_factory=lambda: array("l"))
+    cpu_ts: array[float] = field(default_factory=lambda: array("d"))
+    cpu_dur: array[float] = field(default_factory=lambda: array("d"))
+    step_ts: array[float] = field(default_factory=lambda: array("d"))
+    step_names: set[str] = field(default_factory=set)
+    events: int = 0
+    hta_rounding: bool = False
+
+    def name_id(self, name: str, cat: str) -> int:
+        found = self.names.get(name)
+        if found is None:
+            found = self.names[name] = len(self.kinds)
+            self.kinds.append(kernel_kind(name, cat))
+        return found
+
+    def add(self, ev: Event) -> None:
+        _ph, cat, name, ts, dur, pid, tid, stream, corr = ev
+        if dur is None:
+            return
+        self.events += 1
+        if ts is None or cat is None or cat in _SKIPPED_CATEGORIES:
+            return
+        if self.hta_rounding:
+            # HTA 0.5 snaps sub-microsecond timestamps inwards (start up, end down) before anything
+            # else, which shortens every event by up to 2 us; off by default, for comparisons.
+            end = math.floor(ts + dur)
+            ts = float(math.ceil(ts))
+            dur = end - ts
+        if corr is None or corr < 0:
+            corr = -1
+        if stream is not None and stream >= 0:
+            self.gpu_name.append(self.name_id(name, cat))
+            self.gpu_ts.append(ts)
+            self.gpu_dur.append(dur)
+            self.gpu_corr.append(corr)
+            return
+        if corr >= 0:
+            self.launch_corr.append(corr)
+            self.launch_ts.append(ts)
+        if cat == CPU_OP:
+            self.cpu_name.append(self.name_id(name, cat))
+            self.cpu_thread.append(self.threads.setdefault((pid, tid), len(self.threads)))
+            self.cpu_ts.append(ts)
+            self.cpu_dur.append(dur)
+        if STEP_MARK in name:
+            self.step_ts.append(ts)
+            self.step_names.add(name)
+
+
+def _totals(
+    indices: Iterable[int],
+    name_ids: Sequence[int],
+    times: Sequence[float],
+    names: list[str],
+    kinds: list[str] | None,
+) -> tuple[OpTotal, ...]:
+    """Count and total time per name over ``indices``; ``kinds`` None means CPU ops."""
+    counts: dict[int, int] = {}
+    sums: dict[int, float] = {}
+    for i in indices:
+        n = name_ids[i]
+        counts[n] = counts.get(n, 0) + 1
+        sums[n] = sums.get(n, 0.0) + times[i]
+    totals = [
+        OpTotal(name=names[n], kind=kinds[n] if kinds else CPU_OP, count=c, total_us=sums[n])
+        for n, c in counts.items()
+    ]
+    return tuple(sorted(totals, key=lambda t: (-t.total_us, t.name)))
+
+
+def _breakdown(spans: list[Interval], kinds: list[str]) -> tuple[Breakdown, float | None]:
+    everything = merge(spans)
+    compute = merge(s for s, k in zip(spans, kinds, strict=True) if k == "compute")
+    comm = merge(s for s, k in zip(spans, kinds, strict=True) if k == "communication")
+    span = everything[-1][1] - everything[0][0]
+    busy, compute_us = covered(everything), covered(compute)
+    idle = span - busy
+    breakdown = Breakdown(
+        span_us=span, idle_us=idle, compute_us=compute_us, non_compute_us=span - compute_us - idle
+    )
+    comm_us = covered(comm)
+    overlap = min(100.0, 100.0 * shared(compute, comm) / comm_us) if comm_us > 0 else None
+    return breakdown, overlap
+
+
+def _kept(c: _Columns) -> tuple[list[int], list[int], int, bool]:
+    """The GPU activities and CPU ops analysed (indices), the steps analysed, and whether the last
+    step was dropped. HTA drops a step only when there are at least two distinct ones."""
+    gpu, cpu = list(range(len(c.gpu_ts))), list(range(len(c.cpu_ts)))
+    if len(c.step_names) < 2:
+        return gpu, cpu, len(c.step_ts), False
+    cutoff = max(c.step_ts)
+    launched = {corr for corr, ts in zip(c.launch_corr, c.launch_ts, strict=True) if ts < cutoff}
+    # An activity without a correlation id has no launch to go by: its own start decides.
+    gpu = [i for i in gpu if (c.gpu_corr[i] in launched if c.gpu_corr[i] >= 0 else c.gpu_ts[i] < cutoff)]
+    cpu = [i for i in cpu if c.cpu_ts[i] < cutoff]
+    return gpu, cpu, sum(1 for ts in c.step_ts if ts < cutoff), True
+
+
+def _summary(c: _Columns) -> TraceSummary:
+    names = list(c.names)
+    gpu, cpu, steps, dropped = _kept(c)
+    kernels = _totals(gpu, c.gpu_name, c.gpu_dur, names, c.kinds)
+    breakdown, overlap = None, None
+    if kernels:
+        spans = [(c.gpu_ts[i], c.gpu_ts[i] + c.gpu_dur[i]) for i in gpu]
+        breakdown, overlap = _breakdown(spans, [c.kinds[c.gpu_name[i]] for i in gpu])
+    own = self_times([c.cpu_thread[i] for i in cpu], [c.cpu_ts[i] for i in cpu], [c.cpu_dur[i] for i in cpu])
+    cpu_ops = _totals(range(len(own)), array("l", (c.cpu_name[i] for i in cpu)), own, names, None)
+    return TraceSummary(
+        events=c.events,
+        steps=steps,
+        last_step_dropped=dropped,
+        kernels=kernels,
+        cpu_ops=cpu_ops,
+        breakdown=breakdown,
+        comm_overlap_pct=overlap,
+    )
+
+
+def summarize_events(events: Iterable[Event], hta_rounding: bool = False) -> TraceSummary:
+    """The summary of a trace given as events (pure; ``summarize`` streams them from a file).
+
+    ``hta_rounding`` reproduces HTA 0.5's rounding of nanosecond timestamps to whole microseconds,
+    for figures that match HTA's to the last digit; exact times are the default."""
+    columns = _Columns(hta_rounding=hta_rounding)
+    for ev in events:
+        columns.add(ev)
+    return _summary(columns)
+
+
+def summarize(path: Path, hta_rounding: bool = False) -> TraceSummary:
+    """Stream the trace at ``path`` once and summarise it; raises TraceError for a bad file."""
+    return summarize_events(iter_events(path, timed_only=True), hta_rounding)

@@ -1,0 +1,208 @@
+"""`perfcheck trace summary FILE` and `perfcheck trace diff BASE HEAD`: profiler traces at a glance.
+
+Torch-free, like the bot: it reads Kineto traces (.json or .json.gz) as data. Exit codes: 0 done,
+2 a file that cannot be read as a trace (the message names it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from perfcheck.argtypes import positive
+
+if TYPE_CHECKING:
+    from perfcheck.bot.trace import Change, TraceSummary
+
+EXIT_BAD_INPUT = 2
+NAME_WIDTH = 60
+DEFINITIONS = (
+    "Figures follow HolisticTraceAnalysis: the last ProfilerStep is dropped; idle, compute and "
+    "non-compute are shares of the span from the first to the last GPU kernel of the steps kept; "
+    "overlap is the share of communication (NCCL) kernel time during which a compute kernel runs. "
+    "Without GPU kernels (a CPU-only trace) the table lists CPU ops by self time."
+)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
+    """Columns padded to their widest cell; ``align`` has an "l" or "r" per column (numbers: "r")."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = (
+            c.rjust(w) if a == "r" else c.ljust(w) for c, w, a in zip(cells, widths, align, strict=True)
+        )
+        return "  ".join(padded).rstrip()
+
+    rule = "  ".join("-" * w for w in widths)
+    return "\n".join([line(headers), rule, *(line(r) for r in rows)])
+
+
+def _us(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.1f}"
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
+
+
+def _what(s: TraceSummary) -> str:
+    return "GPU kernels" if s.on_gpu else "CPU ops (self time)"
+
+
+def _steps(s: TraceSummary) -> str:
+    if s.last_step_dropped:
+        return f"{s.steps} profiler steps analysed (the last of {s.steps + 1} dropped)"
+    return f"{s.steps} profiler step{'s' if s.steps != 1 else ''}, whole trace analysed"
+
+
+def render_summary(path: Path, s: TraceSummary, top: int) -> str:
+    from perfcheck.bot.trace import short_name
+
+    out = [str(path), f"  {s.events:,} timed events · {_steps(s)} · {_what(s)}"]
+    if s.breakdown is not None:
+        b = s.breakdown
+        out.append(
+            f"  GPU time, % of the {b.span_us:,.0f} us kernel span: idle {_pct(b.idle_pct)} · "
+            f"compute {_pct(b.compute_pct)} · non-compute {_pct(b.non_compute_pct)}"
+        )
+        out.append(f"  communication hidden behind compute: {_pct(s.comm_overlap_pct)} %")
+    ops = s.ops
+    total = sum(op.total_us for op in ops) or 1.0
+    steps = max(s.steps, 1)
+    rows = [
+        [
+            short_name(op.name, NAME_WIDTH),
+            op.kind,
+            f"{op.count:,}",
+            _us(op.total_us),
+            _us(op.total_us / steps),
+            f"{100 * op.total_us / total:.1f}",
+        ]
+        for op in ops[:top]
+    ]
+    out += ["", table(["name", "kind", "count", "total us", "us/step", "%"], rows, "llrrrr")]
+    if len(ops) > top:
+        out.append(f"  … {len(ops) - top} more (--top)")
+    return "\n".join(out)
+
+
+def _breakdown_rows(base: TraceSummary, head: TraceSummary) -> list[list[str]]:
+    def figures(s: TraceSummary) -> list[float | None]:
+        b = s.breakdown
+        return [
+            b.idle_pct if b else None,
+            b.compute_pct if b else None,
+            b.non_compute_pct if b else None,
+            s.comm_overlap_pct,
+        ]
+
+    labels = ["idle %", "compute %", "non-compute %", "comm hidden %"]
+    rows = []
+    for label, x, y in zip(labels, figures(base), figures(head), strict=True):
+        delta = "—" if x is None or y is None else f"{y - x:+.2f}"
+        rows.append([label, _pct(x), _pct(y), delta])
+    return rows
+
+
+def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: TraceSummary, top: int) -> str:
+    from perfcheck.bot.trace import diff_times, short_name
+
+    changes: list[Change] = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
+    counts = {s: sum(1 for c in changes if c.status == s) for s in ("added", "removed", "changed")}
+    out = [
+        f"base {base_path}: {_steps(base)} · {_what(base)}",
+        f"head {head_path}: {_steps(head)} · {_what(head)}",
+        f"  {counts['added']} added · {counts['removed']} removed · {counts['changed']} changed in time "
+        "(per step, largest change first)",
+    ]
+    if base.breakdown is not None or head.breakdown is not None:
+        out += ["", table(["GPU time", "base", "head", "Δ pp"], _breakdown_rows(base, head), "lrrr")]
+    rows = [
+        [c.status, short_name(c.name, NAME_WIDTH), _us(c.base_us), _us(c.head_us), f"{c.delta_us:+,.1f}"]
+        for c in changes[:top]
+    ]
+    headers = ["change", "name", "base us/step", "head us/step", "Δ us/step"]
+    out += ["", table(headers, rows, "llrrr")]
+    if len(changes) > top:
+        out.append(f"  … {len(changes) - top} more (--top)")
+    return "\n".join(out)
+
+
+def _load(path: Path, hta_rounding: bool) -> TraceSummary:
+    from perfcheck.bot.trace import summarize
+
+    return summarize(path, hta_rounding)
+
+
+def _cmd_summary(args: argparse.Namespace) -> int:
+    from perfcheck.bot.trace import TraceError
+
+    try:
+        summary = _load(args.file, args.hta_rounding)
+    except TraceError as err:
+        print(f"perfcheck trace: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(render_summary(args.file, summary, args.top))
+    return 0
+
+
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from perfcheck.bot.trace import TraceError
+
+    try:
+        base = _load(args.base, args.hta_rounding)
+        head = _load(args.head, args.hta_rounding)
+    except TraceError as err:
+        print(f"perfcheck trace: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(render_diff(args.base, args.head, base, head, args.top))
+    return 0
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--top", type=positive, default=20, help="rows to show (default %(default)s)")
+    parser.add_argument(
+        "--hta-rounding",
+        action="store_true",
+        help="round nanosecond timestamps to whole microseconds as HolisticTraceAnalysis 0.5 does, "
+        "for figures that match HTA's exactly (default: exact times)",
+    )
+
+
+def add_trace_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `trace summary` and `trace diff` on the `perfcheck` command's subparsers."""
+    trace = subparsers.add_parser(
+        "trace",
+        help="summarise or diff PyTorch profiler (Kineto) traces",
+        description="Read PyTorch profiler traces (.json or .json.gz, streamed, never loaded whole) "
+        "and print per-kernel times, the GPU time breakdown and communication overlap. Needs no torch.",
+        epilog=DEFINITIONS,
+    )
+    commands = trace.add_subparsers(dest="trace_command", required=True, metavar="COMMAND")
+    summary = commands.add_parser(
+        "summary",
+        help="kernels by time, idle/compute/non-compute split, communication overlap",
+        description="Summarise one trace: the top kernels (or CPU ops) by time over the analysed "
+        "steps, the temporal breakdown and the communication hidden behind compute.",
+        epilog=f"{DEFINITIONS} Exit codes: 0 done, 2 unreadable or invalid trace.",
+    )
+    summary.add_argument("file", type=Path, help="a Kineto trace, .json or .json.gz")
+    _common(summary)
+    summary.set_defaults(func=_cmd_summary)
+
+    diff = commands.add_parser(
+        "diff",
+        help="kernels added, removed and changed in time between two traces",
+        description="Compare two traces per kernel name (per CPU op when a trace has no GPU kernels), "
+        "in microseconds per profiler step: added, removed and changed, largest change first; and "
+        "the breakdown and overlap side by side.",
+        epilog=f"{DEFINITIONS} Exit codes: 0 done, 2 unreadable or invalid trace.",
+    )
+    diff.add_argument("base", type=Path, help="the base trace")
+    diff.add_argument("head", type=Path, help="the head trace")
+    _common(diff)
+    diff.set_defaults(func=_cmd_diff)

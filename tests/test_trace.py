@@ -1,0 +1,373 @@
+"""Trace analytics on small traces written here, with every expected figure worked out by hand.
+
+Provenance: the traces below are synthetic, laid out as Kineto writes them (complete "X" events
+with args.stream / args.correlation on GPU activity, cuda_runtime launches carrying the same
+correlation id, ProfilerStep user annotations, flow and metadata events beside them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from perfcheck.bot.trace import (
+    TraceError,
+    diff_times,
+    iter_events,
+    kernel_kind,
+    short_name,
+    structural,
+    summarize,
+)
+from perfcheck.trace_cli import add_trace_parser
+
+GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
+ELEMENTWISE = "void elementwise_kernel<{lambda(float)#1}, 4>(int, {lambda(float)#1})"
+NCCL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+MEMCPY = "Memcpy DtoD (Device -> Device)"
+
+
+def op(name: str, cat: str, ts: float, dur: float, tid: int = 1, **args: Any) -> dict[str, Any]:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 100, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def step(n: int, ts: float) -> dict[str, Any]:
+    return op(f"ProfilerStep#{n}", "user_annotation", ts, 100)
+
+
+def launch(ts: float, corr: int) -> dict[str, Any]:
+    return op("cudaLaunchKernel", "cuda_runtime", ts, 1, correlation=corr)
+
+
+def kernel(
+    name: str, ts: float, dur: float, corr: int, stream: int = 7, cat: str = "kernel"
+) -> dict[str, Any]:
+    event = op(name, cat, ts, dur, stream=stream, correlation=corr, device=0)
+    return {**event, "pid": 0, "tid": stream}
+
+
+# Bookkeeping events an analysis must ignore: flows, metadata, instants, python stacks, the
+# whole-trace span.
+NOISE = [
+    {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "ts": 0, "args": {"name": "python"}},
+    {"ph": "s", "id": 1, "pid": 100, "tid": 1, "ts": 5, "cat": "ac2g", "name": "ac2g"},
+    {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 10, "cat": "ac2g", "name": "ac2g", "bp": "e"},
+    {"ph": "i", "s": "t", "name": "Iteration Start: PyTorch Profiler", "pid": 100, "tid": 1, "ts": 0},
+    op("train.py(12): forward", "python_function", 0, 300),
+    op("PyTorch Profiler (0)", "Trace", 0, 300),
+]
+
+# Three steps of 100 us. Kernels launched in the last step (corr 6) are dropped, as HTA does.
+#   compute  gemm [10,40]  elementwise [50,70]  gemm [130,150]   (gemm [210,260] dropped)
+#   comm     nccl [30,60] on stream 20
+#   memory   memcpy [110,120]
+# span 10..150 = 140; busy [10,70]+[110,120]+[130,150] = 90, idle 50; compute 30+20+20 = 70;
+# non-compute 140-70-50 = 20; comm 30, of which [30,40]+[50,60] = 20 under compute.
+GPU_EVENTS = [
+    step(1, 0),
+    step(2, 100),
+    step(3, 200),
+    launch(5, 1),
+    launch(15, 2),
+    launch(25, 3),
+    launch(105, 4),
+    launch(125, 5),
+    launch(205, 6),
+    kernel(GEMM, 10, 30, corr=1),
+    kernel(ELEMENTWISE, 50, 20, corr=2),
+    kernel(NCCL, 30, 30, corr=3, stream=20),
+    kernel(MEMCPY, 110, 10, corr=4, cat="gpu_memcpy"),
+    kernel(GEMM, 130, 20, corr=5),
+    kernel(GEMM, 210, 50, corr=6),
+    *NOISE,
+]
+
+# CPU only. Thread 1: linear [10,60] around addmm [15,55]; relu [70,80]; step 2 linear [110,160]
+# around addmm [115,150]; relu [170,175]. Thread 2: add [20,30] (overlaps thread 1, nests in
+# nothing). Step 3 is dropped. Self times: addmm 40+35, linear 10+15, relu 10+5, add 10.
+CPU_EVENTS = [
+    step(1, 0),
+    step(2, 100),
+    step(3, 200),
+    op("aten::linear", "cpu_op", 10, 50),
+    op("aten::addmm", "cpu_op", 15, 40),
+    op("aten::relu", "cpu_op", 70, 10),
+    op("aten::add", "cpu_op", 20, 10, tid=2),
+    op("aten::linear", "cpu_op", 110, 50),
+    op("aten::addmm", "cpu_op", 115, 35),
+    op("aten::relu", "cpu_op", 170, 5),
+    op("aten::linear", "cpu_op", 210, 50),
+    op("aten::addmm", "cpu_op", 215, 40),
+    *NOISE,
+]
+
+
+def write_trace(path: Path, events: list[dict[str, Any]], **meta: Any) -> Path:
+    doc = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "Test GPU"}], **meta}
+    text = json.dumps({**doc, "traceEvents": events, "displayTimeUnit": "ms"}, indent=1)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def names_and_totals(ops: tuple[Any, ...]) -> list[tuple[str, str, int, float]]:
+    return [(o.name, o.kind, o.count, round(o.total_us, 6)) for o in ops]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_gpu_breakdown_overlap_and_kernels(tmp_path: Path, suffix: str) -> None:
+    s = summarize(write_trace(tmp_path / f"gpu{suffix}", GPU_EVENTS))
+    assert s.on_gpu and s.last_step_dropped and s.steps == 2
+    b = s.breakdown
+    assert b is not None
+    assert (b.span_us, b.idle_us, b.compute_us, b.non_compute_us) == (140, 50, 70, 20)
+    assert b.idle_pct == pytest.approx(100 * 50 / 140)
+    assert b.compute_pct == pytest.approx(50.0)
+    assert b.non_compute_pct == pytest.approx(100 * 20 / 140)
+    assert s.comm_overlap_pct == pytest.approx(100 * 20 / 30)
+    assert names_and_totals(s.kernels) == [
+        (GEMM, "compute", 2, 50.0),
+        (NCCL, "communication", 1, 30.0),
+        (ELEMENTWISE, "compute", 1, 20.0),
+        (MEMCPY, "memory", 1, 10.0),
+    ]
+    assert s.per_step()[GEMM] == 25.0
+
+
+def test_cpu_only_trace_lists_ops_by_self_time(tmp_path: Path) -> None:
+    s = summarize(write_trace(tmp_path / "cpu.json", CPU_EVENTS))
+    assert not s.on_gpu and s.breakdown is None and s.comm_overlap_pct is None
+    assert s.steps == 2
+    assert names_and_totals(s.ops) == [
+        ("aten::addmm", "cpu_op", 2, 75.0),
+        ("aten::linear", "cpu_op", 2, 25.0),
+        ("aten::relu", "cpu_op", 2, 15.0),
+        ("aten::add", "cpu_op", 1, 10.0),
+    ]
+    assert s.per_step() == {"aten::addmm": 37.5, "aten::linear": 12.5, "aten::relu": 7.5, "aten::add": 5.0}
+
+
+def test_a_single_step_is_analysed_whole(tmp_path: Path) -> None:
+    # HTA drops a step only when there are at least two: with one, the last kernel counts too.
+    events = [e for e in GPU_EVENTS if not e["name"].startswith("ProfilerStep")] + [step(1, 0)]
+    s = summarize(write_trace(tmp_path / "one.json", events))
+    assert not s.last_step_dropped and s.steps == 1
+    first = s.kernels[0]
+    assert (first.name, first.count, first.total_us) == (GEMM, 3, 100.0)
+    assert s.breakdown is not None and s.breakdown.span_us == 250  # 10 .. 260
+
+
+def test_hta_rounding_snaps_timestamps_inwards(tmp_path: Path) -> None:
+    events = [
+        step(1, 0),
+        step(2, 100),
+        launch(1, 1),
+        launch(2, 2),
+        kernel(GEMM, 10.4, 9.2, corr=1),  # exact [10.4, 19.6]; HTA [11, 19]
+        kernel(GEMM, 30.0, 10.0, corr=2),
+    ]
+    path = write_trace(tmp_path / "ns.json", events)
+    exact, rounded = summarize(path), summarize(path, hta_rounding=True)
+    assert exact.kernels[0].total_us == pytest.approx(19.2)
+    assert rounded.kernels[0].total_us == pytest.approx(18.0)
+    assert rounded.breakdown is not None and rounded.breakdown.span_us == 29  # 11 .. 40
+
+
+@pytest.mark.parametrize(
+    ("name", "cat", "kind"),
+    [
+        (NCCL, "kernel", "communication"),
+        ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", "kernel", "communication"),
+        (MEMCPY, "gpu_memcpy", "memory"),
+        ("Memset (Device)", "gpu_memset", "memory"),
+        ("copy engine transfer", "gpu_memcpy", "memory"),
+        ("Event Sync", "cuda_sync", "other"),
+        ("void at::native::vectorized_elementwise_kernel<4>(int)", "kernel", "compute"),
+        ("triton_poi_fused_relu_0", "kernel", "compute"),
+        ("nccl_helper_without_the_word", "kernel", "compute"),  # HTA: ^nccl.*Kernel
+    ],
+)
+def test_kernel_kinds_follow_hta(name: str, cat: str, kind: str) -> None:
+    assert kernel_kind(name, cat) == kind
+
+
+def test_short_names() -> None:
+    assert short_name(GEMM) == "gemm_kernel"
+    assert short_name(ELEMENTWISE) == "elementwise_kernel"
+    assert (
+        short_name("void at::native::(anonymous namespace)::f<int>(int)")
+        == "at::native::(anonymous namespace)::f"
+    )
+    assert short_name(MEMCPY) == MEMCPY
+    assert short_name("aten::addmm") == "aten::addmm"
+    assert short_name("x" * 30, 10) == "x" * 9 + "…"
+
+
+def test_diff_added_removed_changed_largest_first() -> None:
+    base = {"gemm": 50.0, "relu": 10.0, "gone": 1.0, "same": 3.0}
+    head = {"gemm": 42.0, "relu": 10.5, "new": 20.0, "same": 3.0}
+    changes = diff_times(base, head)
+    assert [(c.name, c.status, c.delta_us) for c in changes] == [
+        ("new", "added", 20.0),
+        ("gemm", "changed", -8.0),
+        ("gone", "removed", -1.0),
+        ("relu", "changed", 0.5),
+        ("same", "same", 0.0),
+    ]
+    assert [c.name for c in structural(changes)] == ["new", "gone"]
+
+
+WEIRD = [
+    op('quote " and backslash \\ and }, {"brace": 1}', "cpu_op", 1, 2),
+    {
+        **op("unicode µs ✓ \u2028", "cpu_op", 3, 4),
+        "args": {"Input Dims": [[1, 2], []], "nested": {"a": [{"b": 1}, {"c": 2}]}},
+    },
+    op("big numbers", "cpu_op", 1234567890123.456789, 1e-3),
+    *GPU_EVENTS,
+]
+
+
+@pytest.mark.parametrize("chunk", [3, 17, 64, 4096])
+def test_streaming_is_exact_whatever_the_chunk(tmp_path: Path, chunk: int) -> None:
+    path = write_trace(tmp_path / "weird.json.gz", WEIRD, distributedInfo={"rank": 0})
+    whole = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    streamed = list(iter_events(path, chunk_chars=chunk))
+    assert [(e.name, e.ts, e.dur, e.stream, e.correlation) for e in streamed] == [
+        (
+            e["name"],
+            e.get("ts"),
+            e.get("dur"),
+            e.get("args", {}).get("stream"),
+            e.get("args", {}).get("correlation"),
+        )
+        for e in whole
+    ]
+
+
+def test_a_bare_event_array_and_metadata_after_the_events(tmp_path: Path) -> None:
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(GPU_EVENTS))
+    assert summarize(bare).comm_overlap_pct == pytest.approx(100 * 20 / 30)
+
+
+@pytest.mark.parametrize(
+    ("content", "complaint"),
+    [
+        (b"<html>", "expected '{'"),
+        (b'{"traceName": "x"}', "no traceEvents"),
+        (b'{"traceEvents": 5}', "expected '['"),
+        (b'{"traceEvents": [{"ph": "X"}, {"ph": ', "invalid JSON"),
+        (b'{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', "expected ','"),
+        (gzip.compress(b'{"traceEvents": [{"ph": "X"}]}')[:-12], "not a readable Kineto trace"),
+        (b"\xff\xfe\x00", "not a readable Kineto trace"),
+    ],
+)
+def test_unreadable_traces_name_the_file(tmp_path: Path, content: bytes, complaint: str) -> None:
+    path = tmp_path / "bad.json"
+    path.write_bytes(content)
+    with pytest.raises(TraceError) as err:
+        summarize(path)
+    assert str(path) in str(err.value) and complaint in str(err.value)
+
+
+def test_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match=r"nope\.json: cannot read it"):
+        summarize(tmp_path / "nope.json")
+
+
+def write_big_trace(path: Path, ops: int) -> Path:
+    with path.open("w") as f:
+        f.write('{"schemaVersion": 1, "traceEvents": [\n')
+        for i in range(ops):
+            args = {"External id": i, "Input Dims": [[64, 1024], [1024, 1024]], "Ev Idx": i}
+            flow = {"ph": "f", "id": i, "pid": 1, "tid": 1, "ts": i * 10.0, "cat": "ac2g"}
+            event = {**op(f"aten::op_{i % 50}", "cpu_op", i * 10.0, 5.0), "args": args}
+            f.write(json.dumps(event) + ",\n")
+            f.write(json.dumps(flow) + ",\n")
+        f.write(json.dumps(step(1, 0)) + "\n]}\n")
+    return path
+
+
+def peak_while_reading(path: Path) -> tuple[int, int]:
+    tracemalloc.start()
+    try:
+        events = sum(1 for _ in iter_events(path))
+        return events, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_memory_stays_bounded_whatever_the_file_size(tmp_path: Path) -> None:
+    small = write_big_trace(tmp_path / "small.json", 8_000)
+    big = write_big_trace(tmp_path / "big.json", 40_000)
+    small_events, small_peak = peak_while_reading(small)
+    big_events, big_peak = peak_while_reading(big)
+    assert (small_events, big_events) == (16_001, 80_001)
+    size = big.stat().st_size
+    assert size > 8_000_000
+    assert big_peak < size / 10, f"peak {big_peak:,} bytes for a {size:,}-byte trace"
+    # Five times the events, about the same memory: it is a window, not the file.
+    assert big_peak < 1.5 * small_peak + 100_000
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="perfcheck")
+    add_trace_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+def test_cli_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write_trace(tmp_path / "gpu.json.gz", GPU_EVENTS)
+    assert run_cli(["trace", "summary", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "2 profiler steps analysed (the last of 3 dropped) · GPU kernels" in out
+    assert "idle 35.71 · compute 50.00 · non-compute 14.29" in out
+    assert "communication hidden behind compute: 66.67 %" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("gemm_kernel", "ncclDev"))]
+    assert rows == [
+        ["gemm_kernel", "compute", "2", "50.0", "25.0", "45.5"],
+        ["ncclDevKernel_AllReduce_Sum_f32_RING_LL", "communication", "1", "30.0", "15.0", "27.3"],
+    ]
+
+
+def test_cli_diff(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = write_trace(tmp_path / "base.json", CPU_EVENTS)
+    changed = [e for e in CPU_EVENTS if e["name"] != "aten::add"]
+    changed += [op("aten::sigmoid", "cpu_op", 82, 4), op("aten::sigmoid", "cpu_op", 180, 4)]
+    head = write_trace(tmp_path / "head.json", changed)
+    assert run_cli(["trace", "diff", str(base), str(head), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "1 added · 1 removed · 0 changed in time" in out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("added", "removed"))]
+    assert rows == [
+        ["removed", "aten::add", "5.0", "—", "-5.0"],
+        ["added", "aten::sigmoid", "—", "4.0", "+4.0"],
+    ]
+    assert "GPU time" not in out  # no breakdown for CPU-only traces
+
+
+def test_cli_bad_input_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    good = write_trace(tmp_path / "good.json", CPU_EVENTS)
+    assert run_cli(["trace", "diff", str(good), str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"perfcheck trace: {bad}: ")
+
+
+@pytest.mark.parametrize("command", [[], ["summary"], ["diff"]])
+def test_cli_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        run_cli(["trace", *command, "--help"])
+    assert done.value.code == 0
+    assert "HolisticTraceAnalysis" in capsys.readouterr().out
