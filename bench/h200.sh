@@ -74,7 +74,7 @@ case "$1" in
     # The demo (head: a graph break and GELU) and the built-in MLP under the opt-in probes on the
     # GPU: DDP with NCCL on the one GPU, then two gloo ranks sharing it; AMP in bf16 and fp16; the
     # profile pass and its CUDA-trace diff.
-    for run in nccl1 gloo2; do
+    for run in ${RUNS:-nccl1 gloo2}; do
       rm -rf /tmp/d && mkdir -p /tmp/d && cp -r examples/demo/base /tmp/d/base && cp -r examples/demo/head /tmp/d/head
       if [ $run = nccl1 ]; then ddp="{world_size: 1, backend: nccl}"; else ddp="{world_size: 2, backend: gloo}"; fi
       cat > /tmp/d/perfcheck.yml <<EOF2
@@ -90,8 +90,16 @@ EOF2
       grep "^\[" "$OUT/dist-$run.log" | tail -8
       python3 -m perfcheck report "$OUT/dist-$run" --config /tmp/d/perfcheck.yml --out "$OUT/dist-$run" > /dev/null
       echo "$run report: exit code $?"
+      # The profile pass's CUDA traces, diffed as a user would (`perfcheck trace diff`).
+      for wl in classifier mlp; do
+        b=$(ls "$OUT/dist-$run/probes/base-$wl-profile".*trace* 2>/dev/null | head -1)
+        h=$(ls "$OUT/dist-$run/probes/head-$wl-profile".*trace* 2>/dev/null | head -1)
+        [ -n "$b" ] && [ -n "$h" ] && python3 -m perfcheck trace diff "$b" "$h" --top 12 > "$OUT/dist-$run/trace-diff-$wl.txt"
+      done
       find "$OUT/dist-$run/probes" -type f ! -name '*.log' -delete
     done
+    # One archive: the device tool brings back only a few files per call.
+    tar czf "$OUT/distributed.tgz" -C "$OUT" $(cd "$OUT" && ls -d dist-*) && rm -rf "$OUT"/dist-*
     ;;
   *) echo "usage: bench/h200.sh trust|suite|demo|action|distributed ..." >&2; exit 2 ;;
 esac

@@ -136,7 +136,8 @@ def _ddp_rows(bd: ProbeResult | None, hd: ProbeResult | None) -> list[Row]:
                 graphs += f" ({breaks} break{'s' if breaks != 1 else ''}, {v.ddp_splits} DDP splits)"
             return f"{step}{graphs}, {calls} collectives{overlap}"
 
-        rows.append(Row(f"DDP {name} ({world} ranks)", cell(b, bd), cell(h, hd), ""))
+        ranks = f"{world} rank{'s' if world != 1 else ''}"
+        rows.append(Row(f"DDP {name} ({ranks})", cell(b, bd), cell(h, hd), ""))
     return rows
 
 
