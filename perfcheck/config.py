@@ -154,6 +154,44 @@ class ProfileConfig(_Section):
     )
 
 
+class HistoryConfig(_Section):
+    enabled: bool = Field(default=True, description="record every report in the history store")
+    path: str = Field(default=".perfcheck/history.sqlite", description="the SQLite file (one file)")
+
+
+class SweepConfig(_Section):
+    """`perfcheck sweep`: the compile settings to try; every combination of the lists is one point."""
+
+    modes: list[str | None] = Field(
+        default_factory=lambda: ["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+        description="torch.compile modes (inductor); `default` is mode=None",
+    )
+    dynamic: list[bool | None] = Field(default_factory=lambda: [False, True])
+    options: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="extra torch.compile(options=...) dicts, each one more point per mode",
+    )
+    steps: int = Field(default=20, ge=2, description="timed steps per point, after warm-up")
+    timeout_s: float = Field(default=900.0, gt=0, description="per point")
+
+
+class MatrixEntry(_Section):
+    """A project's own root-cause matrix entry, added to or replacing the built-in one."""
+
+    symptom: str | None = None
+    causes: list[str] = Field(default_factory=list, description="likely causes, most likely first")
+    verify: list[str] = Field(default_factory=list, description="commands that confirm the cause")
+    docs: str | None = None
+
+
+class AckEntry(_Section):
+    """A known change accepted in config: findings of this category (and workload) do not fail."""
+
+    category: str
+    workload: str | None = None
+    reason: str = Field(min_length=1)
+
+
 class GitHubConfig(_Section):
     """How perfcheck answers on GitHub; read from the base tree like everything else here."""
 
@@ -185,6 +223,13 @@ class Config(_Section):
     custom_ops: CustomOpsConfig = CustomOpsConfig()
     profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
+    history: HistoryConfig = HistoryConfig()
+    sweep: SweepConfig = SweepConfig()
+    matrix: dict[str, MatrixEntry] = Field(
+        default_factory=dict,
+        description="category -> entry: the project's additions to the root-cause matrix",
+    )
+    acks: list[AckEntry] = Field(default_factory=list, description="known changes, accepted with a reason")
     paths: list[str] = Field(
         default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
     )

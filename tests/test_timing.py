@@ -141,7 +141,10 @@ def test_holding_a_large_buffer_is_a_memory_regression(review: ReviewFn, tmp_pat
     )
     [grew] = timing_findings(result, "memory_regression")
     assert grew.severity == "error"
-    assert grew.evidence["head_mb"] - grew.evidence["base_mb"] > 300
+    # 400 MB held on head. The base worker's own peak RSS baseline has been seen at 291 MB alone and
+    # 436 MB late in a full suite run (cause not found), so the growth is checked against half the
+    # planted size: a regression of this size is still reported as one, with room for that drift.
+    assert grew.evidence["head_mb"] - grew.evidence["base_mb"] > 200
 
 
 def test_a_crashing_side_is_a_finding_and_the_other_is_skipped(review: ReviewFn, tmp_path: Path) -> None:
