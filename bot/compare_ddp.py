@@ -109,6 +109,7 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
                             "base_pct": bv.comm_overlap_pct,
                             "head_pct": hv.comm_overlap_pct,
                             "ddp_splits": [bv.ddp_splits, hv.ddp_splits],
+                            "splits_lost": bv.ddp_splits > 0 and hv.ddp_splits == 0,
                             "backend": backend,
                         },
                     )

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, TypeVar
 
+from perfcheck.bot.acks import PostedComment
 from perfcheck.bot.events import PullRequest
 from perfcheck.bot.plan import PERMISSIONS
 from perfcheck.bot.retry import Failure, RetryPolicy, delay_for
@@ -60,6 +61,7 @@ class GitHubPort(Protocol):
     def pulls_for_commit(self, sha: str) -> list[int]: ...
     def react(self, number: int, comment_id: int, content: str) -> None: ...
     def comments_with(self, number: int, marker: str) -> list[ExistingComment]: ...
+    def commands(self, number: int, prefix: str) -> list[PostedComment]: ...
     def create_comment(self, number: int, body: str, dedupe_key: str) -> int: ...
     def edit_comment(self, number: int, comment_id: int, body: str) -> None: ...
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None: ...
@@ -174,6 +176,18 @@ class GitHubGateway:
             ]
 
         return self._call(f"read the comments of #{number}", fetch)
+
+    def commands(self, number: int, prefix: str) -> list[PostedComment]:
+        """People's comments whose first line starts with ``prefix`` (e.g. `/perfcheck ack`), oldest first."""
+
+        def fetch() -> list[PostedComment]:
+            return [
+                PostedComment(c.user.login, c.created_at.isoformat() if c.created_at else None, c.body or "")
+                for c in self.repo.get_issue(number).get_comments()
+                if (c.body or "").lstrip().startswith(prefix) and c.user.type != "Bot"
+            ]
+
+        return self._call(f"read the commands on #{number}", fetch)
 
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None:
         def fetch() -> CheckRunRef | None:
@@ -309,6 +323,10 @@ class DryRunGitHub:
 
     def edit_comment(self, number: int, comment_id: int, body: str) -> None:
         self._say("PATCH", f"/issues/comments/{comment_id}", f"body: {len(body):,} characters")
+
+    def commands(self, number: int, prefix: str) -> list[PostedComment]:
+        self._say("GET", f"/issues/{number}/comments", f"(dry run: assumed no `{prefix}` commands)")
+        return []
 
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None:
         self._say("GET", f"/commits/{sha}/check-runs?check_name={name}", "(dry run: assumed none)")

@@ -17,6 +17,7 @@ from typing import Any, Literal
 from perfcheck.bot import markdown
 from perfcheck.bot.checks import ANNOTATIONS_PER_REQUEST, SUMMARY_LIMIT, annotations, conclusion, title
 from perfcheck.bot.gateway import ExistingComment, GitHubPort, batched
+from perfcheck.bot.matrix import Entry
 from perfcheck.bot.render import COMMENT_LIMIT, render_comment
 from perfcheck.config import GitHubConfig
 from perfcheck.schema import Review, Verdict
@@ -84,24 +85,32 @@ def _without_state(body: str) -> str:
     return _STATE.sub("", body)
 
 
-def comment_body(review: Review, target: Target, run: str, template_dir: Path | None = None) -> str:
+def comment_body(
+    review: Review,
+    target: Target,
+    run: str,
+    template_dir: Path | None = None,
+    matrix: dict[str, Entry] | None = None,
+) -> str:
     state = CommentState(review.verdict, target.head_sha, run).line()
     pointer = "The comment was cut to fit GitHub's limit; the full review is `result.json`" + (
         f" in the [workflow run's artifacts]({markdown.url(target.details_url)})."
         if target.details_url
         else "."
     )
-    body = render_comment(review, template_dir, pointer, limit=COMMENT_LIMIT - len(state) - 1)
+    body = render_comment(review, template_dir, pointer, limit=COMMENT_LIMIT - len(state) - 1, matrix=matrix)
     return f"{state}\n{body}"
 
 
-def check_output(review: Review, target: Target, template_dir: Path | None = None) -> dict[str, Any]:
+def check_output(
+    review: Review, target: Target, template_dir: Path | None = None, matrix: dict[str, Entry] | None = None
+) -> dict[str, Any]:
     pointer = "Cut to fit GitHub's limit; the full review is `result.json`" + (
         f" in the [workflow run's artifacts]({markdown.url(target.details_url)})."
         if target.details_url
         else "."
     )
-    summary = render_comment(review, template_dir, pointer, limit=SUMMARY_LIMIT)
+    summary = render_comment(review, template_dir, pointer, limit=SUMMARY_LIMIT, matrix=matrix)
     return {"title": title(review), "summary": summary}
 
 
@@ -171,11 +180,12 @@ def publish_review(
     target: Target,
     cfg: GitHubConfig,
     template_dir: Path | None = None,
+    matrix: dict[str, Entry] | None = None,
 ) -> Outcome:
     run = secrets.token_hex(8)
     comment, comment_id = "not posted: no open pull request for this commit", None
     if target.pr_number is not None:
-        body = comment_body(review, target, run, template_dir)
+        body = comment_body(review, target, run, template_dir, matrix)
         action = decide_comment(port.comments_with(target.pr_number, STATE_PREFIX), review.verdict, body)
         if action.kind == "create":
             comment_id = port.create_comment(target.pr_number, body, dedupe_key=f"run={run}")
@@ -187,7 +197,7 @@ def publish_review(
             comment_id = action.comment_id
         comment = f"{action.kind if action.kind != 'none' else 'left as is'}: {action.why}"
 
-    output = check_output(review, target, template_dir)
+    output = check_output(review, target, template_dir, matrix)
     notes = annotations(review)
     started: dict[str, Any] = {"status": "in_progress", "started_at": _now()}
     if target.details_url:

@@ -9,7 +9,7 @@ from statistics import median
 import jinja2
 
 from perfcheck.bot import markdown
-from perfcheck.bot.causes import likely_cause
+from perfcheck.bot.matrix import Entry, resolve
 from perfcheck.schema import (
     DdpVariantMetrics,
     Environment,
@@ -253,8 +253,9 @@ def _environment(results: list[ProbeResult]) -> Environment | None:
 
 
 def headline(review: Review) -> str:
-    errors = sum(f.severity == "error" for f in review.findings)
-    warnings = sum(f.severity == "warning" for f in review.findings)
+    errors = sum(f.severity == "error" and f.ack is None for f in review.findings)
+    warnings = sum(f.severity == "warning" and f.ack is None for f in review.findings)
+    acked = sum(f.ack is not None for f in review.findings)
     if review.verdict == "fail":
         words = f"{errors} regression{'s' if errors != 1 else ''}"
     elif review.verdict == "inconclusive":
@@ -263,6 +264,8 @@ def headline(review: Review) -> str:
         words = "no regressions"
     if warnings:
         words += f" · {warnings} warning{'s' if warnings != 1 else ''}"
+    if acked:
+        words += f" · {acked} acknowledged"
     return words
 
 
@@ -295,15 +298,11 @@ def render_comment(
     template_dir: Path | None = None,
     report_pointer: str = "",
     limit: int = COMMENT_LIMIT,
+    matrix: dict[str, Entry] | None = None,
 ) -> str:
     env = _env(template_dir)
     findings = [
-        {
-            "n": i,
-            "f": f,
-            "title": finding_title(f.category),
-            "cause": likely_cause(f),
-        }
+        {"n": i, "f": f, "title": finding_title(f.category), "entry": resolve(f, matrix)}
         for i, f in enumerate(review.findings, start=1)
     ]
     body = env.get_template("comment.md.j2").render(

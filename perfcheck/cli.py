@@ -14,6 +14,7 @@ from typing import Any
 
 from perfcheck import __version__
 from perfcheck.argtypes import positive
+from perfcheck.history_cli import add_history_parser
 from perfcheck.trace_cli import add_trace_parser
 
 EXIT_BAD_INPUT = 2
@@ -93,6 +94,7 @@ def _cmd_probe(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from perfcheck.bot.history import HistoryError
     from perfcheck.config import ConfigError, load_config
     from perfcheck.review import EXIT_CODES, ShardError, report
     from perfcheck.schema import ContractError, load_probe_run
@@ -105,7 +107,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise ContractError(f"no probes.json under {', '.join(map(str, args.probes))}")
         runs = [(str(f), load_probe_run(f)) for f in files]
         review, comment = report(runs, config, args.out, args.templates)
-    except (ConfigError, ContractError, ShardError) as err:
+    except (ConfigError, ContractError, ShardError, HistoryError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
@@ -206,7 +208,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
+    from perfcheck.bot import acks
     from perfcheck.bot.gateway import DryRunGitHub, GitHubError
+    from perfcheck.bot.matrix import merged
     from perfcheck.bot.plan import Plan
     from perfcheck.bot.publish import (
         PublishRefused,
@@ -216,6 +220,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         publish_review,
         verify_planned,
     )
+    from perfcheck.bot.render import headline
     from perfcheck.bot.settings import GitHubSettings
     from perfcheck.config import ConfigError, load_config
     from perfcheck.schema import ContractError, load_model, load_review
@@ -268,7 +273,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     if review is not None and settings.step_summary is not None and not args.dry_run:
         # Written before any API call: the review reaches the run's page even if GitHub refuses it.
         with settings.step_summary.open("a", encoding="utf-8") as f:
-            f.write(comment_body(review, target, "0" * 16, args.templates) + "\n")
+            f.write(comment_body(review, target, "0" * 16, args.templates, merged(config.matrix)) + "\n")
     try:
         if args.planned_by and not args.dry_run:
             verify_planned(port, target, config.github, args.planned_by)
@@ -289,7 +294,17 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             name = config.github.check_name
             print(f"perfcheck: check {name!r} on {sha[:7]}: {args.status}", file=sys.stderr)
             return 0
-        outcome = publish_review(port, review, target, config.github, args.templates)  # type: ignore[arg-type]
+        # Acks: perfcheck.yml's, and `/perfcheck ack` from people with the command permission.
+        found = acks.from_config(config.acks)
+        if target.pr_number is not None:
+            found += acks.from_comments(
+                port.commands(target.pr_number, "/perfcheck ack"),
+                port.permission,
+                config.github.command_permission,
+            )
+        review = acks.apply(review, found)
+        review = review.model_copy(update={"summary": headline(review)})
+        outcome = publish_review(port, review, target, config.github, args.templates, merged(config.matrix))
     except PublishRefused as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -297,7 +312,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         print(f"perfcheck: GitHub: {err}", file=sys.stderr)
         if review is not None:
             print("perfcheck: the review was not posted; here it is, so it is not lost:", file=sys.stderr)
-            print(comment_body(review, target, "0" * 16, args.templates))
+            print(comment_body(review, target, "0" * 16, args.templates, merged(config.matrix)))
         return EXIT_GITHUB
     print(
         f"perfcheck: comment {outcome.comment}; check run {outcome.check_run_id}: {outcome.conclusion}, "
@@ -509,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
     render.set_defaults(func=_cmd_render)
     add_trace_parser(sub)
+    add_history_parser(sub)
     return parser
 
 

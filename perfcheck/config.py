@@ -155,7 +155,7 @@ class ProfileConfig(_Section):
 
 
 class HistoryConfig(_Section):
-    enabled: bool = Field(default=True, description="record every report in the history store")
+    enabled: bool = Field(default=False, description="record every `report` in the history store")
     path: str = Field(default=".perfcheck/history.sqlite", description="the SQLite file (one file)")
 
 
@@ -234,6 +234,26 @@ class Config(_Section):
         default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
     )
     source: str = Field(default="(defaults)", exclude=True, description="where this config came from")
+
+    @field_validator("matrix")
+    @classmethod
+    def _categories(cls, v: dict[str, MatrixEntry]) -> dict[str, MatrixEntry]:
+        from perfcheck.schema import CATEGORIES
+
+        for category in v:
+            if category not in CATEGORIES:
+                raise ValueError(f"finding categories as keys; {category!r} is not one")
+        return v
+
+    @field_validator("acks")
+    @classmethod
+    def _ack_categories(cls, v: list[AckEntry]) -> list[AckEntry]:
+        from perfcheck.schema import CATEGORIES
+
+        for ack in v:
+            if ack.category not in CATEGORIES:
+                raise ValueError(f"finding categories; {ack.category!r} is not one")
+        return v
 
     @field_validator("workloads")
     @classmethod

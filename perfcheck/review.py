@@ -7,13 +7,16 @@ shard missing or repeated), compares, and writes result.json and comment.md.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfcheck import __version__
+from perfcheck.bot import acks
 from perfcheck.bot.compare import compare
+from perfcheck.bot.matrix import merged
 from perfcheck.bot.render import headline, render_comment
 from perfcheck.config import PROBE_NAMES, Config, WorkloadConfig
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
@@ -192,10 +195,16 @@ def report(
     runs: list[tuple[str, ProbeRun]], config: Config, out_dir: Path, template_dir: Path | None = None
 ) -> tuple[Review, str]:
     workloads, base, head = merge_shards(runs)
-    review = assemble(workloads, config, base, head)
-    comment = render_comment(review, template_dir)
+    review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
+    review = review.model_copy(update={"summary": headline(review)})
+    comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(review.model_dump_json(indent=1))
+    if config.history.enabled:
+        from perfcheck.bot import history
+
+        with contextlib.closing(history.open_store(Path(config.history.path))) as store:
+            history.record(store, review, repository=None, pr=None)
     (out_dir / "comment.md").write_text(comment)
     return review, comment
 

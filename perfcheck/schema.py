@@ -234,6 +234,15 @@ class ProbeResult(_Strict):
     details: dict[str, Any] = {}
 
 
+class Acknowledgement(_Strict):
+    """A known change accepted by someone: the finding is shown but no longer fails the check."""
+
+    by: str = Field(description="a login, or `config` for perfcheck.yml")
+    reason: str
+    at: str | None = Field(default=None, description="when (ISO 8601)")
+    sha: str | None = Field(default=None, description="the head commit when it was acknowledged")
+
+
 class Finding(_Strict):
     category: Category
     severity: Severity
@@ -242,6 +251,7 @@ class Finding(_Strict):
     message: str
     evidence: dict[str, Any] = {}
     location: SourceLocation | None = None
+    ack: Acknowledgement | None = None
 
 
 class SideInfo(_Strict):

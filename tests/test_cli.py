@@ -12,7 +12,18 @@ from conftest import DEMO, model_tree, write_tree
 
 from perfcheck.cli import build_parser, main
 
-SUBCOMMANDS = ("review", "probe", "report", "schema", "render", "plan", "publish", "serve", "trace")
+SUBCOMMANDS = (
+    "review",
+    "probe",
+    "report",
+    "schema",
+    "render",
+    "plan",
+    "publish",
+    "serve",
+    "trace",
+    "history",
+)
 
 
 def perfcheck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:

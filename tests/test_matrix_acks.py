@@ -1,0 +1,160 @@
+"""The root-cause matrix (data, rules, a project's own entries) and acknowledgements."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from fakegithub import FakeGitHub
+
+from perfcheck.bot import acks
+from perfcheck.bot.matrix import MatrixError, builtin, merged, parse_matrix, resolve
+from perfcheck.bot.render import render_comment
+from perfcheck.config import ConfigError, parse_config
+from perfcheck.schema import CATEGORIES, Finding, SourceLocation, load_review
+
+DATA = Path(__file__).parent / "data"
+
+
+def finding(category: str, **evidence: object) -> Finding:
+    return Finding(
+        category=category,  # type: ignore[arg-type]
+        severity="error",
+        workload="classifier",
+        probe="compile",
+        message="m",
+        evidence=dict(evidence),
+        location=SourceLocation(path="model.py", line=17),
+    )
+
+
+def test_every_category_has_an_entry_with_a_verify_command() -> None:
+    matrix = builtin()
+    assert set(matrix) == set(CATEGORIES)
+    assert all(e.verify and e.causes and e.symptom for e in matrix.values())
+
+
+@pytest.mark.parametrize(
+    ("category", "evidence", "expected"),
+    [
+        ("graph_break_added", {"break_type": "Unsupported Tensor.item() call"}, "capture_scalar_outputs"),
+        ("graph_break_added", {"break_type": "builtin: print"}, "reorderable_logging_functions"),
+        ("graph_break_added", {"break_type": "Attempted to call function marked as skipped"}, "disable"),
+        ("recompile", {"reason": "tensor 'x' size mismatch at index 0"}, "mark_dynamic"),
+        ("ddp_overlap_drop", {"splits_lost": True}, "optimize_ddp"),
+        ("custom_op_check_failed", {"check": "test_faketensor"}, "register_fake"),
+        ("kernel_mix_changed", {"added": ["Memcpy DtoH (Device -> Pinned)"]}, ".item()"),
+        ("graph_break_added", {"break_type": "something new"}, "cannot trace"),  # no rule: first cause
+    ],
+)
+def test_rules_refine_the_cause_from_the_evidence(category: str, evidence: dict, expected: str) -> None:
+    resolved = resolve(finding(category, **evidence))
+    assert resolved is not None and expected in resolved.cause
+
+
+def test_verify_commands_name_the_workload() -> None:
+    resolved = resolve(finding("recompile", reason="x"))
+    assert resolved is not None
+    assert (
+        resolved.verify[0].startswith("TORCH_LOGS=recompiles")
+        and "--workloads classifier" in resolved.verify[0]
+    )
+
+
+def test_a_project_adds_its_own_cause_first() -> None:
+    config = parse_config(
+        "matrix:\n  export_ir_changed:\n    causes: [our codegen flag flipped]\n    verify: [make ir-diff]\n",
+        "p.yml",
+    )
+    resolved = resolve(finding("export_ir_changed"), merged(config.matrix))
+    assert resolved is not None
+    assert (resolved.cause, resolved.verify) == ("our codegen flag flipped", ["make ir-diff"])
+    assert "a decomposition change" in resolved.others  # the built-in causes follow
+
+
+def test_bad_matrix_data_is_refused_clearly() -> None:
+    with pytest.raises(MatrixError, match=r"recompile\.causes"):
+        parse_matrix("recompile: {symptom: s, causes: [], verify: [x]}", "m.yml")
+    with pytest.raises(MatrixError, match="unknown categories nonsense"):
+        parse_matrix("nonsense: {symptom: s, causes: [a], verify: [x]}", "m.yml")
+    with pytest.raises(ConfigError, match="matrix: expected finding categories"):
+        parse_config("matrix: {slow: {causes: [x]}}", "p.yml")
+
+
+def test_the_demo_review_shows_each_findings_entry() -> None:
+    review = load_review(DATA / "demo-result.json")
+    comment = render_comment(review)
+    assert comment.count("Likely cause:") == comment.count("verify: `") == len(review.findings) == 2
+    assert "capture_scalar_outputs = True`. · verify: `TORCH_LOGS=graph_breaks" in comment
+
+
+# -- acknowledgements --------------------------------------------------------------------------
+
+
+def test_config_acks_accept_a_known_change_and_nothing_else() -> None:
+    review = load_review(DATA / "demo-result.json")
+    config = parse_config(
+        "acks:\n  - {category: export_ir_changed, workload: classifier, reason: GELU on purpose}\n", "p.yml"
+    )
+    acked = acks.apply(review, acks.from_config(config.acks))
+    ir = next(f for f in acked.findings if f.category == "export_ir_changed")
+    assert ir.ack is not None and ir.ack.by == "config" and ir.ack.reason == "GELU on purpose"
+    assert acked.verdict == "fail"  # the graph break is a different finding
+    everything = parse_config(
+        "acks:\n"
+        "  - {category: export_ir_changed, reason: a}\n"
+        "  - {category: graph_break_added, reason: b}\n"
+        "  - {category: throughput_regression, workload: classifier, reason: c}\n",
+        "p.yml",
+    )
+    assert acks.apply(review, acks.from_config(everything.acks)).verdict == "pass"  # both findings acked
+    other_workload = parse_config("acks: [{category: graph_break_added, workload: mlp, reason: x}]", "p.yml")
+    assert all(f.ack is None for f in acks.apply(review, acks.from_config(other_workload.acks)).findings)
+
+
+def test_only_writers_acks_count() -> None:
+    posted = [
+        acks.PostedComment("maintainer", "2026-11-29T10:00:00Z", "/perfcheck ack recompile -- expected"),
+        acks.PostedComment("passerby", "2026-11-29T10:01:00Z", "/perfcheck ack graph_break_added -- nah"),
+        acks.PostedComment("maintainer", None, "/perfcheck ack nonsense -- malformed is ignored"),
+    ]
+    roles = {"maintainer": "maintain", "passerby": "read"}
+    found = acks.from_comments(posted, roles.__getitem__, "write", sha="abc1234")
+    assert [(a.category, a.note.by, a.note.at, a.note.sha) for a in found] == [
+        ("recompile", "maintainer", "2026-11-29T10:00:00Z", "abc1234")
+    ]
+
+
+def test_acked_findings_render_with_who_when_and_why() -> None:
+    review = load_review(DATA / "demo-result.json")
+    said = acks.Acknowledgement(by="octocat", reason="@org/team <b>ok</b>", at="2026-11-29T10:00:00Z")
+    note = acks.Ack("graph_break_added", None, said)
+    comment = render_comment(acks.apply(review, [note]))
+    assert "Acknowledged by octocat on 2026-11-29" in comment
+    assert "@org" not in comment.split("Acknowledged by", 1)[1].split("\n", 1)[0]  # the reason is inert
+    assert "1 acknowledged" in comment.splitlines()[1]
+
+
+def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    from test_github import HEAD, REPO, TOKEN, _cli
+
+    fake_github.add_repo(REPO, default_branch="master")
+    fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
+    fake_github.add_pull(REPO, 2, head_sha=HEAD, base_sha="f" * 40, files=["model.py"])
+    fake_github.set_permission(REPO, "Codertocat", "admin")
+    fake_github.set_permission(REPO, "outsider", "read")
+    for category in ("graph_break_added", "export_ir_changed", "throughput_regression"):
+        fake_github.add_comment(
+            REPO, 2, f"/perfcheck ack {category} classifier -- intended", user="Codertocat"
+        )
+    fake_github.add_comment(REPO, 2, "/perfcheck ack graph_break_added -- not my call", user="outsider")
+    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"], fake_github, tmp_path)
+    assert done.returncode == 0, done.stderr
+    (run,) = fake_github.check_runs(REPO, HEAD)
+    assert run["conclusion"] == "success"  # every failing finding acknowledged by a writer
+    review_comment = next(c for c in fake_github.comments(REPO, 2) if c["user"]["type"] == "Bot")
+    assert review_comment["body"].count("Acknowledged by Codertocat") == 2  # the demo's two findings
+    assert "outsider" not in review_comment["body"]
+    assert json.loads((DATA / "demo-result.json").read_text())["verdict"] == "fail"  # the file is untouched
