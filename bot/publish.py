@@ -19,6 +19,7 @@ from perfcheck.bot.checks import ANNOTATIONS_PER_REQUEST, SUMMARY_LIMIT, annotat
 from perfcheck.bot.gateway import ExistingComment, GitHubPort, batched
 from perfcheck.bot.matrix import Entry
 from perfcheck.bot.render import COMMENT_LIMIT, render_comment
+from perfcheck.bot.reports import render_check_summary
 from perfcheck.config import GitHubConfig
 from perfcheck.schema import Review, Verdict
 
@@ -105,12 +106,7 @@ def comment_body(
 def check_output(
     review: Review, target: Target, template_dir: Path | None = None, matrix: dict[str, Entry] | None = None
 ) -> dict[str, Any]:
-    pointer = "Cut to fit GitHub's limit; the full review is `result.json`" + (
-        f" in the [workflow run's artifacts]({markdown.url(target.details_url)})."
-        if target.details_url
-        else "."
-    )
-    summary = render_comment(review, template_dir, pointer, limit=SUMMARY_LIMIT, matrix=matrix)
+    summary = render_check_summary(review, template_dir, SUMMARY_LIMIT, matrix)
     return {"title": title(review), "summary": summary}
 
 

@@ -9,6 +9,7 @@ from statistics import median
 import jinja2
 
 from perfcheck.bot import markdown
+from perfcheck.bot.charts import mermaid_step_chart
 from perfcheck.bot.matrix import Entry, resolve
 from perfcheck.schema import (
     DdpVariantMetrics,
@@ -314,6 +315,7 @@ def render_comment(
         head_name=_side_name(review.head.tree, review.head.revision),
         workloads=[{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
         findings=findings,
+        chart=mermaid_step_chart(review),
         environment=environment_line(
             review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
             review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),

@@ -15,6 +15,7 @@ from typing import Any
 from perfcheck import __version__
 from perfcheck.argtypes import positive
 from perfcheck.history_cli import add_history_parser
+from perfcheck.report_cli import add_html_parser
 from perfcheck.trace_cli import add_trace_parser
 
 EXIT_BAD_INPUT = 2
@@ -45,17 +46,25 @@ def _request(args: argparse.Namespace) -> object:
     )
 
 
-def _to_actions(verdict: str, out: Path, comment: str) -> None:
+def _to_actions(review: Any, out: Path, templates: Path | None, matrix: Any = None) -> None:
     """Inside Actions: step outputs, and the review in the job summary."""
     import os
 
     from perfcheck.bot.actions_io import write_outputs
+    from perfcheck.bot.reports import render_job_summary
 
-    write_outputs({"verdict": verdict, "result": out / "result.json", "comment": out / "comment.md"})
+    write_outputs(
+        {
+            "verdict": review.verdict,
+            "result": out / "result.json",
+            "comment": out / "comment.md",
+            "report": out / "report.html",
+        }
+    )
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with Path(summary).open("a", encoding="utf-8") as f:
-            f.write(comment + "\n")
+            f.write(render_job_summary(review, templates, matrix=matrix) + "\n")
 
 
 def _cmd_review(args: argparse.Namespace) -> int:
@@ -68,7 +77,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
-    _to_actions(review.verdict, args.out, comment)
+    _to_actions(review, args.out, args.templates)
     print(
         f"perfcheck: {review.verdict} — wrote {args.out / 'result.json'} and {args.out / 'comment.md'}",
         file=sys.stderr,
@@ -111,7 +120,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
-    _to_actions(review.verdict, args.out, comment)
+    _to_actions(review, args.out, args.templates)
     print(
         f"perfcheck: {review.verdict} — merged {len(runs)} shard(s); wrote {args.out / 'result.json'} "
         f"and {args.out / 'comment.md'}",
@@ -221,6 +230,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         verify_planned,
     )
     from perfcheck.bot.render import headline
+    from perfcheck.bot.reports import render_job_summary
     from perfcheck.bot.settings import GitHubSettings
     from perfcheck.config import ConfigError, load_config
     from perfcheck.schema import ContractError, load_model, load_review
@@ -273,7 +283,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
     if review is not None and settings.step_summary is not None and not args.dry_run:
         # Written before any API call: the review reaches the run's page even if GitHub refuses it.
         with settings.step_summary.open("a", encoding="utf-8") as f:
-            f.write(comment_body(review, target, "0" * 16, args.templates, merged(config.matrix)) + "\n")
+            f.write(render_job_summary(review, args.templates, matrix=merged(config.matrix)) + "\n")
     try:
         if args.planned_by and not args.dry_run:
             verify_planned(port, target, config.github, args.planned_by)
@@ -525,6 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.set_defaults(func=_cmd_render)
     add_trace_parser(sub)
     add_history_parser(sub)
+    add_html_parser(sub)
     return parser
 
 

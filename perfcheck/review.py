@@ -18,6 +18,7 @@ from perfcheck.bot import acks
 from perfcheck.bot.compare import compare
 from perfcheck.bot.matrix import merged
 from perfcheck.bot.render import headline, render_comment
+from perfcheck.bot.reports import render_html
 from perfcheck.config import PROBE_NAMES, Config, WorkloadConfig
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
 from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
@@ -200,11 +201,14 @@ def report(
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "result.json").write_text(review.model_dump_json(indent=1))
+    heatmap = None
     if config.history.enabled:
         from perfcheck.bot import history
 
         with contextlib.closing(history.open_store(Path(config.history.path))) as store:
             history.record(store, review, repository=None, pr=None)
+            heatmap = history.break_heatmap(store, 50)
+    (out_dir / "report.html").write_text(render_html(review, heatmap, template_dir, merged(config.matrix)))
     (out_dir / "comment.md").write_text(comment)
     return review, comment
 

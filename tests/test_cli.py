@@ -23,6 +23,7 @@ SUBCOMMANDS = (
     "serve",
     "trace",
     "history",
+    "html",
 )
 
 

@@ -1,0 +1,88 @@
+"""`perfcheck html RESULT.json`: the self-contained HTML report of a recorded review.
+
+Torch-free: the result is read as untrusted data. Exit codes: 0 written, 2 bad input (a result
+or history store that cannot be read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+from perfcheck.argtypes import positive
+
+EXIT_BAD_INPUT = 2
+
+
+class _NoHistory(Exception):
+    """The history store is unusable; the message says why."""
+
+
+def _history_heatmap(db: Path, reviews: int) -> dict[tuple[str, str], int] | None:
+    """Break counts over the store's last ``reviews`` reviews; None when this perfcheck has no
+    history reader, so the report falls back to the review's own breaks."""
+    try:
+        history = importlib.import_module("perfcheck.bot.history")
+    except ImportError:
+        return None
+    if not hasattr(history, "break_heatmap") or not hasattr(history, "open_store"):
+        return None
+    try:
+        conn = history.open_store(db, create=False)
+    except history.HistoryError as err:
+        raise _NoHistory(str(err)) from None
+    try:
+        counts: dict[tuple[str, str], int] = history.break_heatmap(conn, reviews)
+    finally:
+        conn.close()
+    return counts
+
+
+def _cmd_html(args: argparse.Namespace) -> int:
+    from perfcheck.bot.reports import render_html
+    from perfcheck.schema import ContractError, load_review
+
+    try:
+        review = load_review(args.result)
+        heatmap = _history_heatmap(args.history, args.last) if args.history else None
+    except (ContractError, _NoHistory) as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    html = render_html(review, heatmap=heatmap, template_dir=args.templates)
+    if args.out is None:
+        sys.stdout.write(html)
+        return 0
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(html, encoding="utf-8")
+    print(f"perfcheck: wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def add_html_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register `html` on the `perfcheck` command's subparsers."""
+    html = subparsers.add_parser(
+        "html",
+        help="render a result.json as one self-contained HTML report",
+        description="Render a recorded review as a single HTML file (inline CSS and SVG charts, no "
+        "scripts, no network): verdict, per-workload tables, findings with their evidence, kernel "
+        "time changes, the GPU time breakdown and a graph-break heatmap.",
+        epilog="Exit codes: 0 written, 2 unreadable result or history store.",
+    )
+    html.add_argument("result", type=Path, help="a result.json written by `perfcheck review` or `report`")
+    html.add_argument("--out", type=Path, help="the HTML file to write (default: standard output)")
+    html.add_argument("--templates", type=Path, help="a folder whose report.html.j2 replaces perfcheck's")
+    html.add_argument(
+        "--history",
+        type=Path,
+        help="a history store (perfcheck history): the heatmap then shows graph breaks across its "
+        "recent reviews instead of this review's new ones",
+    )
+    html.add_argument(
+        "--last",
+        type=positive,
+        default=50,
+        help="with --history: how many recent reviews the heatmap covers (default %(default)s)",
+    )
+    html.set_defaults(func=_cmd_html)
