@@ -16,6 +16,7 @@ from perfcheck import __version__
 from perfcheck.argtypes import positive
 from perfcheck.history_cli import add_history_parser
 from perfcheck.report_cli import add_html_parser
+from perfcheck.sweep_cli import add_sweep_parser
 from perfcheck.trace_cli import add_trace_parser
 
 EXIT_BAD_INPUT = 2
@@ -536,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_trace_parser(sub)
     add_history_parser(sub)
     add_html_parser(sub)
+    add_sweep_parser(sub)
     return parser
 
 

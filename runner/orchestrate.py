@@ -47,7 +47,7 @@ class ReviewRun:
     jobs: int = 1
 
 
-def _log_tail(log: Path) -> str:
+def log_tail(log: Path) -> str:
     try:
         lines = log.read_text(errors="replace").splitlines()
     except OSError:
@@ -57,7 +57,7 @@ def _log_tail(log: Path) -> str:
     return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def _signal_name(code: int) -> str:
+def signal_name(code: int) -> str:
     try:
         return signal.Signals(-code).name
     except ValueError:
@@ -91,6 +91,35 @@ def cache_env(stem: str) -> dict[str, str]:
     }
 
 
+def run_module(
+    python: str,
+    module: str,
+    args: list[Path],
+    cwd: str,
+    env: dict[str, str],
+    timeout_s: float,
+    log_path: Path,
+) -> int | None:
+    """``python -m module args`` in its own process group, output to ``log_path``; its exit code,
+    or None when it ran past ``timeout_s`` and the whole group (grandchildren too) was killed."""
+    with log_path.open("wb") as log:
+        proc = subprocess.Popen(
+            [python, "-m", module, *map(str, args)],
+            cwd=cwd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        try:
+            return proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            return None
+
+
 def run_probe(spec: ProbeSpec, python: str, timeout_s: float, workdir: Path) -> ProbeResult:
     """Run one probe in a fresh process; never raises for anything the probe does."""
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
@@ -99,32 +128,17 @@ def run_probe(spec: ProbeSpec, python: str, timeout_s: float, workdir: Path) -> 
     result_path.unlink(missing_ok=True)
     env = cache_env(stem)
     start = time.monotonic()
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [python, "-m", "perfcheck.runner.worker", str(spec_path), str(result_path)],
-            cwd=spec.tree,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,  # so a timeout can kill the whole group, grandchildren too
-        )
-        try:
-            code = proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return _failed(
-                spec,
-                "timeout",
-                f"no result after {timeout_s:g} s; the process was killed",
-                time.monotonic() - start,
-            )
+    code = run_module(
+        python, "perfcheck.runner.worker", [spec_path, result_path], spec.tree, env, timeout_s, log_path
+    )
+    if code is None:
+        message = f"no result after {timeout_s:g} s; the process was killed"
+        return _failed(spec, "timeout", message, time.monotonic() - start)
     duration = time.monotonic() - start
-    tail = _log_tail(log_path)
+    tail = log_tail(log_path)
     if code < 0:
         return _failed(
-            spec, "crashed", f"the probe process died of {_signal_name(code)}\n{tail}".strip(), duration
+            spec, "crashed", f"the probe process died of {signal_name(code)}\n{tail}".strip(), duration
         )
     if code != 0 or not result_path.exists():
         return _failed(

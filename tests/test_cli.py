@@ -24,6 +24,7 @@ SUBCOMMANDS = (
     "trace",
     "history",
     "html",
+    "sweep",
 )
 
 
