@@ -5,6 +5,7 @@
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
+#   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
 # Packages the image lacks (pydantic and its needs, perfcheck itself) travel as wheels in .whl/.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -101,5 +102,13 @@ EOF2
     # One archive: the device tool brings back only a few files per call.
     tar czf "$OUT/distributed.tgz" -C "$OUT" $(cd "$OUT" && ls -d dist-*) && rm -rf "$OUT"/dist-*
     ;;
-  *) echo "usage: bench/h200.sh trust|suite|demo|action|distributed ..." >&2; exit 2 ;;
+  sweep)
+    printf 'workloads:\n  - {name: %s, entry: %s, train: true}\nsweep: {steps: 30, timeout_s: 240}\n' "$2" "$2" \
+      > /tmp/sweep.yml
+    start=$(date +%s)
+    python3 -m perfcheck sweep "$2" --config /tmp/sweep.yml --device cuda --out "$OUT/sweep" 2> "$OUT/sweep.log"
+    echo "sweep: exit code $? · wall $(( $(date +%s) - start )) s"
+    tail -8 "$OUT/sweep.log"
+    ;;
+  *) echo "usage: bench/h200.sh trust|suite|demo|action|distributed|sweep ..." >&2; exit 2 ;;
 esac
