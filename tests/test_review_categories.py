@@ -43,11 +43,13 @@ def test_removing_a_graph_break_is_reported_and_passes(review: ReviewFn) -> None
 
 
 def test_a_moved_graph_break_is_not_a_new_one(review: ReviewFn, tmp_path: Path) -> None:
-    base = model_tree(tmp_path / "base", "print('scale', h.abs().max().item())")
-    head = model_tree(
-        tmp_path / "head", "# a comment line added above\n        print('scale', h.abs().max().item())"
-    )
+    # A print of a constant breaks the graph without guarding on a tensor's value: with
+    # `.item()` in it, which guard fails first on the resized batch (size or value) can differ
+    # between processes, a recompile-reporting flake that is not what this test is about.
+    base = model_tree(tmp_path / "base", "print('scale')")
+    head = model_tree(tmp_path / "head", "# a comment line added above\n        print('scale')")
     result = review(base, head, probes=("compile",))
+    assert result.workloads[0].head[0].compile.graph_break_count == 1  # type: ignore[union-attr]
     assert not only(result, "graph_break_added")
     assert result.verdict == "pass"
 
