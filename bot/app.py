@@ -17,6 +17,7 @@ from typing import Any, TextIO
 from perfcheck.bot.gateway import GitHubGateway, GitHubPort
 from perfcheck.bot.plan import Plan, plan
 from perfcheck.bot.respond import lookup_context, respond
+from perfcheck.bot.settings import GitHubSettings, github_client
 from perfcheck.bot.webhook import Delivery
 from perfcheck.config import Config
 
@@ -54,32 +55,22 @@ class AppSettings:
                 key = Path(key_file).read_text(encoding="utf-8")
             except OSError as err:
                 raise SettingsError(f"PERFCHECK_APP_PRIVATE_KEY_FILE: {key_file}: {err.strerror}") from None
-        try:
-            pace = float(environ.get("PERFCHECK_GITHUB_WRITE_PACE", "1") or 1)
-        except ValueError:
-            pace = 1.0
+        github = GitHubSettings.from_environ(environ)
         return cls(
             app_id=int(app_id),
             private_key=key,
             webhook_secret=environ["PERFCHECK_WEBHOOK_SECRET"].strip().encode(),
-            api_url=(environ.get("GITHUB_API_URL", "").strip() or cls.api_url).rstrip("/"),
-            write_pace_s=max(0.0, pace),
+            api_url=github.api_url,
+            write_pace_s=github.write_pace_s,
         )
 
 
 def installation_port(settings: AppSettings, repository: str, installation_id: int) -> GitHubPort:
     """A gateway acting as the App's installation (PyGithub mints and renews the token)."""
-    from github import Auth, Github
+    from github import Auth
 
     auth = Auth.AppAuth(settings.app_id, settings.private_key).get_installation_auth(installation_id)
-    client = Github(
-        auth=auth,
-        base_url=settings.api_url,
-        retry=None,
-        lazy=True,
-        seconds_between_requests=None,
-        seconds_between_writes=settings.write_pace_s or None,
-    )
+    client = github_client(auth, settings.api_url, settings.write_pace_s)
     return GitHubGateway(client, repository)
 
 

@@ -25,9 +25,6 @@ from perfcheck.bot.retry import Failure, RetryPolicy, delay_for
 
 T = TypeVar("T")
 
-# GitHub's own limits (REST docs): the files endpoint lists at most 3000 files of a PR.
-MAX_LISTED_FILES = 3000
-
 
 class GitHubError(RuntimeError):
     """A GitHub call failed for good (after retries, or with an answer that retrying cannot fix)."""
@@ -141,7 +138,7 @@ class GitHubGateway:
         def fetch() -> tuple[tuple[str, ...], bool]:
             pull = self.repo.get_pull(number)
             names = tuple(f.filename for f in pull.get_files())
-            # Past MAX_LISTED_FILES the API stops listing: such a list is partial, never "no match".
+            # The files endpoint lists at most 3000 files: a longer PR's list is partial, never "no match".
             return names, len(names) >= pull.changed_files
 
         return self._call(f"list the files of #{number}", fetch)

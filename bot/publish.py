@@ -104,7 +104,7 @@ def comment_body(
 
 
 def check_output(
-    review: Review, target: Target, template_dir: Path | None = None, matrix: dict[str, Entry] | None = None
+    review: Review, template_dir: Path | None = None, matrix: dict[str, Entry] | None = None
 ) -> dict[str, Any]:
     summary = render_check_summary(review, template_dir, SUMMARY_LIMIT, matrix)
     return {"title": title(review), "summary": summary}
@@ -193,7 +193,7 @@ def publish_review(
             comment_id = action.comment_id
         comment = f"{action.kind if action.kind != 'none' else 'left as is'}: {action.why}"
 
-    output = check_output(review, target, template_dir, matrix)
+    output = check_output(review, template_dir, matrix)
     notes = annotations(review)
     started: dict[str, Any] = {"status": "in_progress", "started_at": _now()}
     if target.details_url:

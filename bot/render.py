@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
+from typing import Any
 
 import jinja2
 
@@ -274,7 +275,7 @@ def _side_name(info_tree: str, revision: str | None) -> str:
     return revision[:7] if revision else Path(info_tree).name
 
 
-def _env(custom: Path | None) -> jinja2.Environment:
+def template_env(custom: Path | None) -> jinja2.Environment:
     folders = [str(custom)] if custom is not None else []
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader([*folders, str(templates_dir())]),
@@ -294,6 +295,27 @@ def _env(custom: Path | None) -> jinja2.Environment:
     return env
 
 
+def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> dict[str, Any]:
+    """What every template of the review gets: verdict, names, tables, findings with their matrix entry."""
+    return {
+        "review": review,
+        "icon": _ICONS[review.verdict],
+        "headline": headline(review),
+        "base_name": _side_name(review.base.tree, review.base.revision),
+        "head_name": _side_name(review.head.tree, review.head.revision),
+        "workloads": [{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
+        "findings": [
+            {"n": i, "f": f, "title": finding_title(f.category), "entry": resolve(f, matrix)}
+            for i, f in enumerate(review.findings, start=1)
+        ],
+        "chart": mermaid_step_chart(review),
+        "environment": environment_line(
+            review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
+            review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),
+        ),
+    }
+
+
 def render_comment(
     review: Review,
     template_dir: Path | None = None,
@@ -301,25 +323,10 @@ def render_comment(
     limit: int = COMMENT_LIMIT,
     matrix: dict[str, Entry] | None = None,
 ) -> str:
-    env = _env(template_dir)
-    findings = [
-        {"n": i, "f": f, "title": finding_title(f.category), "entry": resolve(f, matrix)}
-        for i, f in enumerate(review.findings, start=1)
-    ]
-    body = env.get_template("comment.md.j2").render(
-        marker=MARKER,
-        review=review,
-        icon=_ICONS[review.verdict],
-        headline=headline(review),
-        base_name=_side_name(review.base.tree, review.base.revision),
-        head_name=_side_name(review.head.tree, review.head.revision),
-        workloads=[{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
-        findings=findings,
-        chart=mermaid_step_chart(review),
-        environment=environment_line(
-            review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
-            review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),
-        ),
+    body = (
+        template_env(template_dir)
+        .get_template("comment.md.j2")
+        .render(marker=MARKER, **review_context(review, matrix))
     )
     pointer = (
         report_pointer or "The comment was cut to fit GitHub's limit; the full review is in `result.json`."

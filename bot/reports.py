@@ -14,18 +14,8 @@ import jinja2
 from markupsafe import Markup
 
 from perfcheck.bot import charts, markdown
-from perfcheck.bot.matrix import Entry, resolve
-from perfcheck.bot.render import (
-    _ICONS,
-    _env,
-    _environment,
-    _side_name,
-    environment_line,
-    finding_title,
-    headline,
-    templates_dir,
-    workload_rows,
-)
+from perfcheck.bot.matrix import Entry
+from perfcheck.bot.render import review_context, template_env, templates_dir
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 
 CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
@@ -149,35 +139,13 @@ def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
 
 
 def _context(review: Review, matrix: dict[str, Entry] | None) -> dict[str, Any]:
-    """What every report template gets: the same words and tables as the PR comment."""
-    findings = [
-        {
-            "n": i,
-            "f": f,
-            "title": finding_title(f.category),
-            "entry": resolve(f, matrix),
-            "where": _where(f),
-            "details": finding_details(f),
-        }
-        for i, f in enumerate(review.findings, start=1)
-    ]
-    return {
-        "review": review,
-        "icon": _ICONS[review.verdict],
-        "headline": headline(review),
-        "base_name": _side_name(review.base.tree, review.base.revision),
-        "head_name": _side_name(review.head.tree, review.head.revision),
-        "workloads": [
-            {"name": wl.name, "rows": workload_rows(wl), "summary": summary_row(wl, review.findings)}
-            for wl in review.workloads
-        ],
-        "findings": findings,
-        "environment": environment_line(
-            review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
-            review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),
-        ),
-        "step_chart": charts.mermaid_step_chart(review),
-    }
+    """The PR comment's context, plus where each finding is, its details and a one-row summary."""
+    context = review_context(review, matrix)
+    for item in context["findings"]:
+        item.update(where=_where(item["f"]), details=finding_details(item["f"]))
+    for row, wl in zip(context["workloads"], review.workloads, strict=True):
+        row["summary"] = summary_row(wl, review.findings)
+    return context
 
 
 def render_check_summary(
@@ -186,7 +154,7 @@ def render_check_summary(
     limit: int = CHECK_SUMMARY_LIMIT,
     matrix: dict[str, Entry] | None = None,
 ) -> str:
-    body = _env(template_dir).get_template("check-summary.md.j2").render(**_context(review, matrix))
+    body = template_env(template_dir).get_template("check-summary.md.j2").render(**_context(review, matrix))
     return markdown.cap(body, limit, _POINTER)
 
 
@@ -196,7 +164,7 @@ def render_job_summary(
     limit: int = JOB_SUMMARY_LIMIT,
     matrix: dict[str, Entry] | None = None,
 ) -> str:
-    body = _env(template_dir).get_template("job-summary.md.j2").render(**_context(review, matrix))
+    body = template_env(template_dir).get_template("job-summary.md.j2").render(**_context(review, matrix))
     return markdown.cap(body, limit, _POINTER)
 
 

@@ -57,17 +57,23 @@ class GitHubSettings:
         return f"{self.server_url}/{repo}/actions/runs/{self.run_id}"
 
 
-def token_client(settings: GitHubSettings) -> Any:
-    """A PyGithub client for the settings' token; retries are the gateway's job, so PyGithub's are off."""
-    from github import Auth, Github
+def github_client(auth: Any, api_url: str, write_pace_s: float) -> Any:
+    """A PyGithub client; retries are the gateway's job, so PyGithub's are off."""
+    from github import Github
 
-    if not settings.token:
-        raise ValueError("no GitHub token: set GITHUB_TOKEN (or PERFCHECK_GITHUB_TOKEN) for this step")
     return Github(
-        auth=Auth.Token(settings.token),
-        base_url=settings.api_url,
+        auth=auth,
+        base_url=api_url,
         retry=None,
         lazy=True,
         seconds_between_requests=None,
-        seconds_between_writes=settings.write_pace_s or None,
+        seconds_between_writes=write_pace_s or None,
     )
+
+
+def token_client(settings: GitHubSettings) -> Any:
+    from github import Auth
+
+    if not settings.token:
+        raise ValueError("no GitHub token: set GITHUB_TOKEN (or PERFCHECK_GITHUB_TOKEN) for this step")
+    return github_client(Auth.Token(settings.token), settings.api_url, settings.write_pace_s)

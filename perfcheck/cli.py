@@ -47,11 +47,12 @@ def _request(args: argparse.Namespace) -> object:
     )
 
 
-def _to_actions(review: Any, out: Path, templates: Path | None, matrix: Any = None) -> None:
+def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> None:
     """Inside Actions: step outputs, and the review in the job summary."""
     import os
 
     from perfcheck.bot.actions_io import write_outputs
+    from perfcheck.bot.matrix import merged
     from perfcheck.bot.reports import render_job_summary
 
     write_outputs(
@@ -65,7 +66,7 @@ def _to_actions(review: Any, out: Path, templates: Path | None, matrix: Any = No
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if summary:
         with Path(summary).open("a", encoding="utf-8") as f:
-            f.write(render_job_summary(review, templates, matrix=matrix) + "\n")
+            f.write(render_job_summary(review, templates, matrix=merged(config.matrix)) + "\n")
 
 
 def _cmd_review(args: argparse.Namespace) -> int:
@@ -73,12 +74,13 @@ def _cmd_review(args: argparse.Namespace) -> int:
     from perfcheck.review import EXIT_CODES, UsageError, run
 
     try:
-        review, comment = run(_request(args))  # type: ignore[arg-type]
+        request = _request(args)
+        review, comment = run(request)  # type: ignore[arg-type]
     except (ConfigError, UsageError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
-    _to_actions(review, args.out, args.templates)
+    _to_actions(review, args.out, args.templates, request.config)  # type: ignore[attr-defined]
     print(
         f"perfcheck: {review.verdict} — wrote {args.out / 'result.json'} and {args.out / 'comment.md'}",
         file=sys.stderr,
@@ -121,7 +123,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
-    _to_actions(review, args.out, args.templates)
+    _to_actions(review, args.out, args.templates, config)
     print(
         f"perfcheck: {review.verdict} — merged {len(runs)} shard(s); wrote {args.out / 'result.json'} "
         f"and {args.out / 'comment.md'}",
