@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
 # Everything perfcheck measures on a lent H200, in one script, one device call per stage:
-#   bench/h200.sh trust WORKLOADS MODES SECONDS TAG   -> $OUT/trust-TAG.json (bench/trust.py)
+#   bench/h200.sh processes MODELS PAIRS SECONDS TAG [SWITCH]
+#                                                     -> $OUT/trust-TAG.json (bench/processes.py: A/A and
+#                                                        planted slowdowns over pairs of processes), with
+#                                                        SWITCH pairs of the Llama attention switch in
+#                                                        $OUT/switch-TAG.json and one recorded device pass
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
@@ -17,15 +21,35 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.g
   > "$OUT/gpu-$1.txt" 2>&1
 python3 -c 'import torch, triton; print(torch.__version__, torch.version.cuda, triton.__version__)' >> "$OUT/gpu-$1.txt"
 case "$1" in
-  trust)
-    python3 bench/trust.py --device cuda --workloads "$2" --modes "$3" --seconds "$4" --out "$OUT/trust-$5.json"
+  processes)
+    [ "$5" = a ] && timeout 60 python3 bench/device_trace.py --workload mlp --steps 3 --out "$OUT/device-pass"
+    timeout "${TIMEOUT:-560}" python3 bench/processes.py run --device cuda --models "$2" --pairs "$3" \
+      --seconds "$4" --out "$OUT/trust-$5.json" > "$OUT/trust-$5.md"
+    echo "processes: exit code $?"
+    if [ -n "${6:-}" ]; then
+      timeout 200 python3 bench/processes.py run --device cuda --models llama --switch "$6" \
+        --out "$OUT/switch-$5.json" > "$OUT/switch-$5.md"
+      echo "switch: exit code $?"
+    fi
+    cat "$OUT"/*.md
     ;;
   suite)
+    # The default GPU suite, base and head the same tree (A/A), as a runner reviews it; then, in
+    # the time left, more Llama process pairs (bench/h200.sh processes) into $OUT/trust-TAG.json.
     mkdir -p /tmp/tree
     start=$(date +%s)
-    python3 -m perfcheck review --base /tmp/tree --head /tmp/tree --config bench/gpu-suite.yml --device cuda \
-      --jobs "${2:-4}" --out "$OUT/suite"
-    echo "exit code $? · wall $(( $(date +%s) - start )) s"
+    timeout "${SUITE_TIMEOUT:-400}" python3 -m perfcheck review --base /tmp/tree --head /tmp/tree \
+      --config "$PWD/bench/gpu-suite.yml" --device cuda --jobs "${2:-4}" --out /tmp/suite \
+      2> "$OUT/suite-progress.log" > /dev/null
+    echo "suite: exit code $? · wall $(( $(date +%s) - start )) s"
+    grep "^\[" "$OUT/suite-progress.log" | tail -24
+    cp /tmp/suite/result.json "$OUT/suite-result.json"; cp /tmp/suite/comment.md "$OUT/suite-comment.md"
+    if [ -n "${3:-}" ]; then
+      timeout "${TIMEOUT:-200}" python3 bench/processes.py run --device cuda --models llama --pairs 30 \
+        --seconds "$4" --out "$OUT/trust-$3.json" > "$OUT/trust-$3.md"
+      echo "processes: exit code $?"
+      cat "$OUT/trust-$3.md"
+    fi
     ;;
   final)
     # One call for what the lease has left: GPU clocks and power sampled in the background, the
@@ -110,5 +134,5 @@ EOF2
     echo "sweep: exit code $? · wall $(( $(date +%s) - start )) s"
     tail -8 "$OUT/sweep.log"
     ;;
-  *) echo "usage: bench/h200.sh trust|suite|demo|action|distributed|sweep ..." >&2; exit 2 ;;
+  *) echo "usage: bench/h200.sh processes|suite|demo|action|distributed|sweep ..." >&2; exit 2 ;;
 esac

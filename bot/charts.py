@@ -11,9 +11,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from statistics import median
 from typing import Any
 
+from perfcheck.bot.timing_gate import throughput_figures
 from perfcheck.bot.trace.diff import diff_times
 from perfcheck.bot.trace.names import short_name
 from perfcheck.schema import ProbeResult, Review, TraceMetrics
@@ -69,13 +69,15 @@ def _num(x: float) -> str:
 # ---------------------------------------------------------------- data pulled out of a review
 
 
-def step_medians(review: Review) -> list[tuple[str, float, float]]:
-    """(workload, base ms, head ms): median of the timing probe's round medians, both sides timed."""
+def step_figures(review: Review) -> list[tuple[str, float, float]]:
+    """(workload, base ms, head ms) of the headline throughput figure (device time on a GPU, the
+    wall-clock step on a CPU) for every workload timed on both sides."""
     out = []
     for wl in review.workloads:
         b, h = _probe(wl.base, "timing"), _probe(wl.head, "timing")
-        if b and h and b.timing and h.timing and b.timing.samples_ms and h.timing.samples_ms:
-            out.append((wl.name, median(b.timing.samples_ms), median(h.timing.samples_ms)))
+        figures = throughput_figures(b.timing if b else None, h.timing if h else None)
+        if figures is not None:
+            out.append((wl.name, *figures[1:]))
     return out
 
 
@@ -167,9 +169,9 @@ def _mermaid_label(text: str) -> str:
 
 
 def mermaid_step_chart(review: Review) -> str | None:
-    """A fenced ``xychart-beta`` block: base median step time as bars, head as a line (two bar
-    series would overlap and hide the shorter one). None when no workload was timed on both sides."""
-    rows = step_medians(review)
+    """A fenced ``xychart-beta`` block: base step time as bars, head as a line (two bar series would
+    overlap and hide the shorter one). None when no workload was timed on both sides."""
+    rows = step_figures(review)
     if not rows:
         return None
     labels = ", ".join(_mermaid_label(name) for name, _, _ in rows)
@@ -178,7 +180,7 @@ def mermaid_step_chart(review: Review) -> str | None:
         [
             "```mermaid",
             "xychart-beta",
-            '  title "median step time (ms): bars base, line head"',
+            '  title "step time (ms; device time on GPUs): bars base, line head"',
             f"  x-axis [{labels}]",
             f'  y-axis "ms" 0 --> {_num(top * 1.1)}',
             f"  bar [{', '.join(_num(b) for _, b, _ in rows)}]",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from perfcheck.bot import compare_ddp, compare_profile
 from perfcheck.bot.compare_amp import amp_findings
 from perfcheck.bot.compare_custom_ops import custom_op_findings
-from perfcheck.bot.stats import alarm, generations_verdict, is_host_bound
+from perfcheck.bot.timing_gate import METRIC_LABELS, decide, metric, peak_memory
 from perfcheck.config import Config
 from perfcheck.schema import (
     CompileMetrics,
@@ -23,6 +23,7 @@ from perfcheck.schema import (
     ExportMetrics,
     Finding,
     GraphBreak,
+    MetricChange,
     ProbeResult,
     TimingChange,
     TimingMetrics,
@@ -250,19 +251,50 @@ def hardware_differences(base: Environment | None, head: Environment | None) -> 
     }
 
 
-def host_bound(t: TimingMetrics) -> bool:
-    return is_host_bound(t.host_issue_ms, t.samples_ms)
-
-
 HOST_BOUND_ADVICE = (
-    "its steps are host-bound (the host takes as long to issue a step as the GPU to run it), so they "
-    "run at the host's speed and inherit its jitter; CUDA graphs (compile mode `reduce-overhead`) or a "
-    "larger batch make them device-bound and measurable"
+    "the step is host-bound (the GPU waits for the host), so its wall-clock time runs at the host's "
+    "speed and inherits its jitter; CUDA graphs (compile mode `reduce-overhead`) or a larger batch make "
+    "it device-bound"
 )
 
 
 def _pct(x: float) -> str:
     return f"{x:+.1f} %"
+
+
+def _interval(m: MetricChange) -> str:
+    return f"{_pct(m.change_pct)} ({m.confidence:.0%} CI {_pct(m.low_pct)} … {_pct(m.high_pct)})"
+
+
+def _metric_words(m: MetricChange) -> str:
+    return f"{METRIC_LABELS[m.metric].replace(' / step', '')} {m.base:.3f} → {m.head:.3f} ms, {_interval(m)}"
+
+
+def _evidence(m: MetricChange, change: TimingChange) -> dict[str, object]:
+    return {
+        "metric": m.metric,
+        "base_ms": m.base,
+        "head_ms": m.head,
+        "ratio": m.ratio,
+        "ratio_ci": [m.ratio_low, m.ratio_high],
+        "p_value": m.p_value,
+        "processes": m.processes,
+        "budget_pct": m.budget_pct,
+        "verdict": m.verdict,
+        "bound": change.bound,
+        "gpu_busy_pct": change.gpu_busy_pct,
+    }
+
+
+def _bound_words(change: TimingChange) -> str:
+    if change.bound == "cpu":
+        return ""
+    return f"{change.bound}-bound: the GPU is busy {change.gpu_busy_pct:.0f} % of the wall-clock step"
+
+
+def _alarm(m: MetricChange, alpha: float) -> bool:
+    """Reported: a fail, or a slowdown the test finds significant although within the budget."""
+    return m.verdict == "fail" or (m.p_value < alpha and m.ratio > 1.0)
 
 
 def _timing_findings(
@@ -291,83 +323,112 @@ def _timing_findings(
                 evidence={"differences": differences},
             )
         ]
-    if len(b.samples_ms) != len(h.samples_ms) or len(b.samples_ms) < 2:
-        inconclusive.append(f"{wl}/timing: the two sides do not have matching rounds")
+    if min(len(b.processes), len(h.processes)) < 2:
+        inconclusive.append(f"{wl}/timing: fewer than two pairs of processes were timed")
         return []
-    budget = config.budgets.max_throughput_regression_pct
-    bound = host_bound(b) or host_bound(h)
-    verdict, est, why = generations_verdict(
-        b.samples_ms,
-        h.samples_ms,
-        h.generation_rounds,
-        budget,
-        config.timing.confidence,
-        bound,
-        config.timing.confirm_fail,
-    )
-    changes[wl] = TimingChange(
-        ratio=est.ratio,
-        ratio_low=est.ratio_low,
-        ratio_high=est.ratio_high,
-        confidence=est.confidence,
-        p_value=est.p_value,
-        rounds=est.n,
-        budget_pct=budget,
-        verdict=verdict,
-    )
-    interval = f"{_pct(est.change_pct)} ({est.confidence:.0%} CI {_pct(est.low_pct)} … {_pct(est.high_pct)})"
-    evidence = {
-        "base_ms": est.base_median,
-        "head_ms": est.head_median,
-        "ratio": est.ratio,
-        "ratio_ci": [est.ratio_low, est.ratio_high],
-        "p_value": est.p_value,
-        "rounds": est.n,
-        "budget_pct": budget,
-        "verdict": verdict,
-    }
-    evidence["host_bound"] = bound
-    evidence["generation_rounds"] = h.generation_rounds
-    if verdict == "inconclusive":
-        reasons = (
-            [why] if why else [f"step time {interval} straddles the {budget:g} % budget after {est.n} rounds"]
-        )
-        if bound:
-            reasons.append(HOST_BOUND_ADVICE)
-        inconclusive.append(f"{wl}: " + "; ".join(reasons))
-    if alarm(verdict, est, config.timing.alpha, bound):
-        within = {"fail": "beyond", "pass": "within", "inconclusive": "not clearly within"}[verdict]
+    change = decide(b.processes, h.processes, config.budgets, config.timing)
+    changes[wl] = change
+    alpha = config.timing.alpha
+    bound = _bound_words(change)
+    for m in change.metrics:
+        if m.decides and m.verdict == "inconclusive":
+            why = (
+                f"{wl}: {_metric_words(m)} straddles the {m.budget_pct:g} % budget "
+                f"after {m.processes} process pairs"
+            )
+            inconclusive.append(
+                why + (f"; {HOST_BOUND_ADVICE}" if change.bound == "host" and m.metric == "step_ms" else "")
+            )
+    throughput = [
+        m for m in change.metrics if m.decides and m.metric in ("device_ms", "step_ms") and _alarm(m, alpha)
+    ]
+    if throughput:
+        lead = throughput[0]
+        context = [m for m in change.metrics if m is not lead and m.metric in ("device_ms", "step_ms")]
+        tail = "; ".join(_metric_words(m) + ("" if m.decides else " (context)") for m in context)
+        within = {"fail": "beyond", "pass": "within", "inconclusive": "not clearly within"}[lead.verdict]
         out.append(
             Finding(
                 category="throughput_regression",
-                severity="error" if verdict == "fail" else "warning",
+                severity="error" if any(m.verdict == "fail" for m in throughput) else "warning",
                 workload=wl,
                 probe="timing",
-                message=f"step time {est.base_median:.3f} → {est.head_median:.3f} ms, {interval}, "
-                f"{within} the {budget:g} % budget (p = {est.p_value:.2g}, {est.n} paired rounds)",
-                evidence=evidence,
+                message=f"{_metric_words(lead)}, {within} the {lead.budget_pct:g} % budget "
+                f"(p = {lead.p_value:.2g}, {lead.processes} process pairs)"
+                + (f"; {tail}" if tail else "")
+                + (f"; {bound}" if bound else ""),
+                evidence=_evidence(lead, change),
             )
         )
-    if b.peak_memory_mb is not None and h.peak_memory_mb is not None and b.memory_kind == h.memory_kind:
-        growth = h.peak_memory_mb - b.peak_memory_mb
-        limit = config.budgets.max_peak_memory_growth_mb
-        if growth > limit:
-            out.append(
-                Finding(
-                    category="memory_regression",
-                    severity="error",
-                    workload=wl,
-                    probe="timing",
-                    message=f"peak memory {b.peak_memory_mb:.0f} → {h.peak_memory_mb:.0f} MB "
-                    f"(+{growth:.0f} MB, budget {limit:g} MB; {b.memory_kind})",
-                    evidence={
-                        "base_mb": b.peak_memory_mb,
-                        "head_mb": h.peak_memory_mb,
-                        "kind": b.memory_kind,
-                    },
-                )
-            )
+    out += _host_findings(wl, change, alpha)
+    out += _memory_findings(wl, b, h, config)
     return out
+
+
+def _host_findings(wl: str, change: TimingChange, alpha: float) -> list[Finding]:
+    out: list[Finding] = []
+    host = metric(change, "host_ms")
+    kernels = change.kernels
+    more = bool(kernels and change.kernels_exact and kernels[1] > kernels[0])
+    host_alarm = host is not None and host.decides and _alarm(host, alpha)
+    if not more and not host_alarm:
+        return out
+    parts = []
+    if more and kernels:
+        parts.append(
+            f"kernels launched per step {kernels[0]:g} → {kernels[1]:g} (+{kernels[1] - kernels[0]:g})"
+        )
+    if host is not None and (host_alarm or more):
+        parts.append(_metric_words(host) + ("" if host.decides else " (context)"))
+    bound = change.bound == "host"
+    severity = (
+        "error"
+        if (bound and more) or (host_alarm and host is not None and host.verdict == "fail")
+        else "warning"
+    )
+    note = (
+        "the step is host-bound, so every extra launch costs wall-clock time"
+        if bound
+        else "the step is device-bound: the host keeps ahead of the GPU, so this costs no time now"
+    )
+    out.append(
+        Finding(
+            category="host_overhead_regression",
+            severity=severity,  # type: ignore[arg-type]
+            workload=wl,
+            probe="timing",
+            message="; ".join(parts) + f"; {note} ({_bound_words(change)})",
+            evidence={
+                "kernels": kernels,
+                "kernels_exact": change.kernels_exact,
+                "bound": change.bound,
+                "gpu_busy_pct": change.gpu_busy_pct,
+                **({"host": _evidence(host, change)} if host is not None else {}),
+            },
+        )
+    )
+    return out
+
+
+def _memory_findings(wl: str, b: TimingMetrics, h: TimingMetrics, config: Config) -> list[Finding]:
+    bp, hp = peak_memory(b), peak_memory(h)
+    if bp is None or hp is None or b.memory_kind != h.memory_kind:
+        return []
+    growth = hp - bp
+    limit = config.budgets.max_peak_memory_growth_mb
+    if growth <= limit:
+        return []
+    return [
+        Finding(
+            category="memory_regression",
+            severity="error",
+            workload=wl,
+            probe="timing",
+            message=f"peak memory {bp:.0f} → {hp:.0f} MB (+{growth:.0f} MB, budget {limit:g} MB; "
+            f"{b.memory_kind}, median over {len(h.processes)} processes)",
+            evidence={"base_mb": bp, "head_mb": hp, "kind": b.memory_kind},
+        )
+    ]
 
 
 def _compile_latency_findings(

@@ -8,13 +8,13 @@ perfcheck keeps its rows; a store written by a newer one is refused rather than 
 from __future__ import annotations
 
 import sqlite3
-import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from perfcheck.bot.timing_gate import peak_memory, side_figure
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 
 
@@ -25,6 +25,8 @@ class HistoryError(RuntimeError):
 # What `record` keeps per workload and side. Names are the CLI's --metric choices.
 METRICS: tuple[str, ...] = (
     "step_ms",
+    "device_ms",
+    "host_ms",
     "peak_memory_mb",
     "cold_compile_s",
     "graph_count",
@@ -153,10 +155,13 @@ def side_metrics(results: Sequence[ProbeResult]) -> dict[str, float]:
     timing = next((r.timing for r in results if r.timing is not None), None)
     compiled = next((r.compile for r in results if r.compile is not None), None)
     if timing is not None:
-        if timing.samples_ms:
-            out["step_ms"] = float(statistics.median(timing.samples_ms))
-        if timing.peak_memory_mb is not None:
-            out["peak_memory_mb"] = timing.peak_memory_mb
+        for name in ("step_ms", "device_ms", "host_ms"):
+            value = side_figure(timing, name)  # type: ignore[arg-type]
+            if value is not None:
+                out[name] = value
+        peak = peak_memory(timing)
+        if peak is not None:
+            out["peak_memory_mb"] = peak
         if timing.cold_compile_s is not None:
             out["cold_compile_s"] = timing.cold_compile_s
     if compiled is not None:

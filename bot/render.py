@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
@@ -12,9 +13,12 @@ import jinja2
 from perfcheck.bot import markdown
 from perfcheck.bot.charts import mermaid_step_chart
 from perfcheck.bot.matrix import Entry, resolve
+from perfcheck.bot.timing_gate import METRIC_LABELS, peak_memory, side_figure
 from perfcheck.schema import (
     DdpVariantMetrics,
+    DeviceStep,
     Environment,
+    MetricChange,
     ProbeResult,
     Review,
     TimingChange,
@@ -43,6 +47,8 @@ _TITLES = {
     "ddp_overlap_drop": "Less communication hidden behind compute",
     "amp_fp32_fallback": "Matmul left in fp32 under autocast",
     "custom_op_check_failed": "Custom op fails opcheck",
+    "host_overhead_regression": "More host work per step",
+    "kernel_mix_changed": "Kernel mix changed",
 }
 
 
@@ -80,37 +86,132 @@ def _pct(base: float, head: float) -> str:
     return f"{(head - base) / base * 100:+.0f} %"
 
 
+def delta_cell(m: MetricChange) -> str:
+    return f"{m.change_pct:+.1f} % ({m.low_pct:+.1f} … {m.high_pct:+.1f})"
+
+
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
 def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingChange | None) -> list[Row]:
+    """Every figure is the geometric mean over a side's processes, the estimator Δ is computed from,
+    so base → head and Δ always agree; the row that decided the verdict says so."""
     b = bt.timing if bt else None
     h = ht.timing if ht else None
     if b is None and h is None:
         return [Row("step time", _status(bt) or "—", _status(ht) or "—", "")]
     src = h or b
     assert src is not None
+    changes: dict[str, MetricChange] = {m.metric: m for m in change.metrics} if change else {}
 
-    def med(t: TimingMetrics | None, r: ProbeResult | None) -> str:
-        return f"{median(t.samples_ms):.3f} ms" if t else (_status(r) or "—")
+    def cell(t: TimingMetrics | None, r: ProbeResult | None, value: float | None, unit: str = " ms") -> str:
+        if t is None or value is None:
+            return _status(r) or "—"
+        return f"{value:,.3f}{unit}"
 
-    def per_s(t: TimingMetrics | None) -> str:
-        return f"{t.batch_size / median(t.samples_ms) * 1000:,.0f} /s" if t else "—"
+    def label(name: str, detail: str = "") -> str:
+        m = changes.get(name)
+        role = ""
+        if m is not None:
+            role = " · decides" if m.decides else " · context"
+        return f"{METRIC_LABELS[name]}{detail}{role}"
 
-    delta = ""
-    if change is not None:
-        lo, hi = (change.ratio_low - 1) * 100, (change.ratio_high - 1) * 100
-        delta = f"{(change.ratio - 1) * 100:+.1f} % ({lo:+.1f} … {hi:+.1f})"
-    label = f"step time ({src.mode}{', ' + src.backend if src.backend else ''})"
-    rows = [Row(label, med(b, bt), med(h, ht), delta), Row("throughput", per_s(b), per_s(h), "")]
-    if b and h and b.peak_memory_mb is not None and h.peak_memory_mb is not None:
+    rows: list[Row] = []
+    gpu = any(p.device is not None for t in (b, h) if t for p in t.processes)
+    compiled = f"{src.mode}{', ' + src.backend if src.backend else ''}"
+    if gpu:
+        dev = side_figure(b, "device_ms"), side_figure(h, "device_ms")
+        m = changes.get("device_ms")
+        rows.append(
+            Row(label("device_ms"), cell(b, bt, dev[0]), cell(h, ht, dev[1]), delta_cell(m) if m else "")
+        )
+    bound = ""
+    if change is not None and change.bound != "cpu":
+        bound = f"; {change.bound}-bound, GPU busy {change.gpu_busy_pct:.0f} %"
+    wall = side_figure(b, "step_ms"), side_figure(h, "step_ms")
+    m = changes.get("step_ms")
+    rows.append(
+        Row(
+            label("step_ms", f" ({compiled}{bound})"),
+            cell(b, bt, wall[0]),
+            cell(h, ht, wall[1]),
+            delta_cell(m) if m else "",
+        )
+    )
+    if gpu:
+        host = side_figure(b, "host_ms"), side_figure(h, "host_ms")
+        m = changes.get("host_ms")
+        rows.append(
+            Row(label("host_ms"), cell(b, bt, host[0]), cell(h, ht, host[1]), delta_cell(m) if m else "")
+        )
+        rows += _count_rows(b, h, bt, ht, change)
+
+    def per_s(t: TimingMetrics | None, ms: float | None) -> str:
+        return f"{t.batch_size / ms * 1000:,.0f} /s" if t and ms else "—"
+
+    rows.append(Row("throughput", per_s(b, wall[0]), per_s(h, wall[1]), ""))
+    bp, hp = peak_memory(b), peak_memory(h)
+    if b and h and bp is not None and hp is not None:
         kind = "peak memory" if b.memory_kind == "cuda_max_allocated" else "peak RSS"
+        rows.append(Row(kind, f"{bp:,.0f} MB", f"{hp:,.0f} MB", f"{hp - bp:+,.0f} MB"))
+    return rows
+
+
+def _count_rows(
+    b: TimingMetrics | None,
+    h: TimingMetrics | None,
+    bt: ProbeResult | None,
+    ht: ProbeResult | None,
+    change: TimingChange | None,
+) -> list[Row]:
+    """Kernels, copies and fills per step: exact counts, so a difference is a difference."""
+
+    def per_side(t: TimingMetrics | None, get: Callable[[DeviceStep], float]) -> float | None:
+        values = [get(p.device) for p in t.processes if p.device is not None] if t else []
+        return median(values) if values else None
+
+    def diff(x: float | None, y: float | None) -> str:
+        if x is None or y is None:
+            return ""
+        return "=" if x == y else f"{y - x:+,g}"
+
+    rows = []
+    kb, kh = per_side(b, lambda d: d.kernels), per_side(h, lambda d: d.kernels)
+    decides = " · decides" if change is not None and change.bound == "host" and change.kernels_exact else ""
+    rows.append(
+        Row(
+            f"kernels / step{decides}",
+            _count(kb) if kb is not None else (_status(bt) or "—"),
+            _count(kh) if kh is not None else (_status(ht) or "—"),
+            diff(kb, kh),
+        )
+    )
+    for name, n, nbytes in (
+        ("memcpy", lambda d: d.memcpy, lambda d: d.memcpy_bytes),
+        ("memset", lambda d: d.memset, lambda d: d.memset_bytes),
+    ):
+        cb, ch = per_side(b, n), per_side(h, n)
+        if not cb and not ch:
+            continue
+        bb, bh = per_side(b, nbytes), per_side(h, nbytes)
         rows.append(
             Row(
-                kind,
-                f"{b.peak_memory_mb:,.0f} MB",
-                f"{h.peak_memory_mb:,.0f} MB",
-                f"{h.peak_memory_mb - b.peak_memory_mb:+,.0f} MB",
+                f"{name} / step",
+                f"{_count(cb or 0)} ({_bytes(bb or 0)})",
+                f"{_count(ch or 0)} ({_bytes(bh or 0)})",
+                diff(cb, ch),
             )
         )
     return rows
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return f"{n:,.1f} GB"
 
 
 def _ddp_rows(bd: ProbeResult | None, hd: ProbeResult | None) -> list[Row]:
@@ -147,7 +248,7 @@ def workload_rows(wl: WorkloadReview) -> list[Row]:
     b, h = _by_probe(wl.base), _by_probe(wl.head)
     rows: list[Row] = []
     if "timing" in b or "timing" in h:
-        rows += _timing_rows(b.get("timing"), h.get("timing"), wl.timing_change)
+        rows += _timing_rows(b.get("timing"), h.get("timing"), wl.timing)
     bc, hc = b.get("compile"), h.get("compile")
     if bc or hc:
         bm = bc.compile if bc else None

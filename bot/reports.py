@@ -7,7 +7,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import jinja2
@@ -15,7 +14,8 @@ from markupsafe import Markup
 
 from perfcheck.bot import charts, markdown
 from perfcheck.bot.matrix import Entry
-from perfcheck.bot.render import review_context, template_env, templates_dir
+from perfcheck.bot.render import delta_cell, review_context, template_env, templates_dir
+from perfcheck.bot.timing_gate import headline_metric, side_figure, throughput_figures
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 
 CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
@@ -96,15 +96,15 @@ def _plural(n: int, word: str) -> str:
 def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
     bt, ht = _probe(wl.base, "timing"), _probe(wl.head, "timing")
 
-    def step(r: ProbeResult | None) -> str | None:
-        t = r.timing if r else None
-        return _status_or(r, f"{median(t.samples_ms):.3f} ms" if t and t.samples_ms else None)
+    figures = throughput_figures(bt.timing if bt else None, ht.timing if ht else None)
+    metric = figures[0] if figures else "step_ms"
 
-    change = wl.timing_change
-    delta = "—"
-    if change is not None:
-        lo, hi = (change.ratio_low - 1) * 100, (change.ratio_high - 1) * 100
-        delta = f"{(change.ratio - 1) * 100:+.1f} % ({lo:+.1f} … {hi:+.1f})"
+    def step(r: ProbeResult | None) -> str | None:
+        value = side_figure(r.timing if r else None, metric)  # type: ignore[arg-type]
+        return _status_or(r, f"{value:.3f} ms" if value is not None else None)
+
+    headline = headline_metric(wl.timing) if wl.timing else None
+    delta = delta_cell(headline) if headline is not None else "—"
     bc, hc = _probe(wl.base, "compile"), _probe(wl.head, "compile")
 
     def graphs(r: ProbeResult | None) -> str | None:
@@ -201,7 +201,7 @@ def _html_env(custom: Path | None) -> jinja2.Environment:
 def _html_charts(review: Review, heatmap: dict[tuple[str, str], int] | None) -> dict[str, Any]:
     # The chart functions escape every name they draw, so their SVG is marked safe here and only here.
     counts = heatmap if heatmap is not None else charts.break_counts(review)
-    steps = charts.step_medians(review)
+    steps = charts.step_figures(review)
     return {
         "heatmap": Markup(charts.svg_heatmap(counts)) if counts else None,
         "steps": steps,

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
 PROBE_NAMES = ("compile", "export", "timing", "ddp", "amp", "custom_ops", "profile")
@@ -84,7 +85,12 @@ class BudgetsConfig(_Section):
     max_overlap_drop_pp: float = Field(
         default=10.0, ge=0, description="drop in DDP communication hidden by compute, percentage points"
     )
-    max_throughput_regression_pct: float = Field(default=2.3, ge=0)
+    max_throughput_regression_pct: float = Field(
+        default=2.3, ge=0, description="device time per step on a GPU, wall-clock step time on a CPU"
+    )
+    max_host_overhead_regression_pct: float = Field(
+        default=10.0, ge=0, description="host time to issue a step, judged where the step is host-bound"
+    )
     max_peak_memory_growth_mb: float = Field(default=112.0, ge=0)
     compile_latency_s: dict[str, float] = Field(default_factory=dict, description="workload name -> seconds")
 
@@ -95,17 +101,47 @@ class CompileConfig(_Section):
     dynamic: bool | None = None
 
 
+# Settings of the round-based gate that the process-based one replaced, and what took their place.
+_REMOVED_TIMING_KEYS = {
+    "min_rounds": "`processes` (pairs of worker processes before the first verdict)",
+    "extra_rounds": "`extra_processes` (pairs added while the verdict is inconclusive)",
+    "max_rounds": "`max_processes`",
+    "confirm_fail": "`processes`: every verdict now comes from several pairs of processes",
+    "steps_per_round": "`round_ms` (a round runs the steps that fill it)",
+}
+
+
 class TimingConfig(_Section):
-    """How the paired A/B timing runs; see README "Measuring"."""
+    """How the timing probe measures; see README "Measuring"."""
 
     compiled: bool = Field(default=True, description="time the torch.compile'd model (false: eager)")
-    steps_per_round: int = Field(default=10, ge=1)
-    min_rounds: int = Field(default=12, ge=4, description="paired rounds before the first verdict")
-    max_rounds: int = Field(default=60, ge=4)
-    extra_rounds: int = Field(
-        default=12, ge=1, description="rounds added each time a verdict is inconclusive"
+    processes: int = Field(
+        default=3, ge=2, description="pairs of worker processes (one base, one head) before the first verdict"
     )
-    time_budget_s: float = Field(default=300.0, gt=0, description="per workload, for timed rounds")
+    extra_processes: int = Field(
+        default=2, ge=1, description="pairs added each time the verdict is inconclusive"
+    )
+    max_processes: int = Field(default=9, ge=2, description="at most this many pairs")
+    rounds: int = Field(
+        default=16, ge=2, description="timed rounds per pair, alternating which side goes first"
+    )
+    round_ms: float = Field(
+        default=50.0,
+        gt=0,
+        description="a round runs as many steps as fill this long (at least one), the same on both sides",
+    )
+    setup_together: int = Field(
+        default=2,
+        ge=1,
+        description="pairs set up (compiled from the warm cache) at once; 1 for models that fill the GPU",
+    )
+    device_steps: int = Field(default=10, ge=1, description="GPU: steps of the profiler pass for device time")
+    cpu_threads: int = Field(
+        default=1,
+        ge=1,
+        description="CPU: torch intra-op threads while timing; one keeps a busy neighbour out of the step",
+    )
+    time_budget_s: float = Field(default=300.0, gt=0, description="per workload, for timing")
     warmup_block: int = Field(default=5, ge=1, description="steps per warm-up block")
     warmup_max_steps: int = Field(default=300, ge=1)
     warmup_tolerance_pct: float = Field(
@@ -115,10 +151,29 @@ class TimingConfig(_Section):
         default=10, ge=0, description="steps run after steady state, before timing"
     )
     confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    alpha: float = Field(default=0.01, gt=0, lt=0.5, description="significance level of the signed-rank test")
-    confirm_fail: bool = Field(
-        default=True, description="a fail must reproduce in a fresh pair of worker processes"
+    alpha: float = Field(
+        default=0.01, gt=0, lt=0.5, description="significance level of the t test over pairs"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _removed(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for old, new in _REMOVED_TIMING_KEYS.items():
+                if old in data:
+                    raise PydanticCustomError(
+                        "removed_key",
+                        "no longer a setting: the worker process is the unit of replication now; "
+                        "set {new} instead",
+                        {"key": old, "new": new},
+                    )
+        return data
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TimingConfig:
+        if self.max_processes < self.processes:
+            raise ValueError("max_processes at least processes")
+        return self
 
 
 class DdpConfig(_Section):
@@ -292,6 +347,9 @@ def _describe(err: ValidationError, source: str) -> str:
     lines = []
     for e in err.errors():
         key = _key(e["loc"])
+        if e["type"] == "removed_key":
+            lines.append(f"{source}: {key}.{e['ctx']['key']}: {e['msg']}")
+            continue
         if e["type"] == "extra_forbidden":
             lines.append(f"{source}: {key}: unknown key")
             continue

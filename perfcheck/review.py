@@ -111,8 +111,7 @@ def assemble(workloads: list[WorkloadReview], config: Config, base: SideInfo, he
         base=base,
         head=head,
         workloads=[
-            wl.model_copy(update={"timing_change": comparison.timing_changes.get(wl.name)})
-            for wl in workloads
+            wl.model_copy(update={"timing": comparison.timing_changes.get(wl.name)}) for wl in workloads
         ],
         findings=comparison.findings,
         inconclusive=comparison.inconclusive,

@@ -12,7 +12,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-SCHEMA_VERSION = 1
+# 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
+SCHEMA_VERSION = 2
 
 # The finding vocabulary of DESIGN.md. Templates, the root-cause matrix and tests key on these.
 Category = Literal[
@@ -30,6 +31,7 @@ Category = Literal[
     "rank_graph_mismatch",
     "collective_drift",
     "kernel_mix_changed",
+    "host_overhead_regression",
     "custom_op_check_failed",
     "probe_crashed",
     "probe_timeout",
@@ -83,29 +85,69 @@ class CompileMetrics(_Strict):
     op_count: int = Field(default=0, ge=0)
 
 
+class Plant(_Strict):
+    """Benchmark-only: a slowdown of known size, added to every step of one side."""
+
+    device_pct: float = Field(
+        default=0.0, ge=0, description="a GPU sleep kernel of this share of device time"
+    )
+    host_pct: float = Field(default=0.0, ge=0, description="host busy work of this share of host issue time")
+
+
+class DeviceStep(_Strict):
+    """What the GPU did per step, from CUPTI activity in a profiler pass of its own (CUDA only)."""
+
+    steps: int = Field(ge=1, description="profiled steps")
+    busy_ms: float = Field(ge=0, description="union of kernel, memcpy and memset intervals: device time")
+    kernel_ms: float = Field(ge=0, description="sum of kernel durations")
+    kernels: float = Field(ge=0, description="kernels launched")
+    memcpy: float = Field(default=0.0, ge=0)
+    memcpy_bytes: float = Field(default=0.0, ge=0)
+    memset: float = Field(default=0.0, ge=0)
+    memset_bytes: float = Field(default=0.0, ge=0)
+    profiled_step_ms: float = Field(
+        ge=0, description="wall time per step with the profiler on: what the collection itself costs"
+    )
+
+
+class TimingProcess(_Strict):
+    """One worker process's figures. Process i of base ran beside process i of head, as a pair."""
+
+    step_ms: float = Field(gt=0, description="wall-clock step: the mean of the fastest 5 % of timed steps")
+    median_step_ms: float = Field(gt=0)
+    steps: int = Field(ge=1, description="timed steps")
+    host_ms: float | None = Field(
+        default=None,
+        gt=0,
+        description="GPU only: host time to issue a step (the fastest 5 %), timed in the same rounds",
+    )
+    device: DeviceStep | None = None
+    peak_memory_mb: float | None = Field(default=None, ge=0)
+    first: bool = Field(description="went first in its pair's rounds")
+    ready_s: float = Field(
+        ge=0, description="from spawn to ready to time: import, build, compile, first step"
+    )
+    warmup_steps: int = Field(ge=0)
+    warmup_converged: bool
+    recompiles: int = Field(default=0, ge=0, description="frames compiled during the timed steps")
+
+
 class TimingMetrics(_Strict):
     mode: Literal["eager", "compiled"]
     backend: str | None = None
-    steps_per_round: int = Field(ge=1)
-    samples_ms: list[float] = Field(
-        description="median step time (ms) of each timed round; round i pairs with round i of the other side"
-    )
     batch_size: int = Field(ge=1)
-    warmup_steps: int = Field(ge=0)
-    warmup_converged: bool
-    cold_compile_s: float | None = Field(default=None, ge=0)
+    steps_per_round: int = Field(ge=1)
+    cold_compile_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="the first process's compile on a fresh cache; none when it began warm",
+    )
     compile_breakdown_s: dict[str, float] = {}
-    peak_memory_mb: float | None = Field(default=None, ge=0)
     memory_kind: Literal["cuda_max_allocated", "peak_rss"]
-    recompiles_during_timing: int = Field(default=0, ge=0)
-    planted_slowdown_pct: float = Field(default=0.0, ge=0)
-    host_issue_ms: list[float] = Field(
-        default=[], description="GPU only: median host time to issue a step, per round"
-    )
-    generation_rounds: list[int] = Field(
-        default=[],
-        description="rounds per pair of worker processes, in order; a fail is re-checked in a fresh pair",
-    )
+    cpu: int | None = Field(default=None, description="the core both sides' host work was pinned to")
+    threads: int | None = Field(default=None, ge=1, description="torch intra-op threads (CPU timing)")
+    plant: Plant | None = None
+    processes: list[TimingProcess] = Field(min_length=1)
 
 
 class ExportMetrics(_Strict):
@@ -260,16 +302,48 @@ class SideInfo(_Strict):
     environment: Environment | None = None
 
 
-class TimingChange(_Strict):
-    """head/base step time from the paired rounds, as the verdict saw it."""
+TimingMetric = Literal["device_ms", "step_ms", "host_ms"]
 
-    ratio: float = Field(gt=0)
+
+class MetricChange(_Strict):
+    """head/base of one timing metric over the process pairs, as the verdict saw it."""
+
+    metric: TimingMetric
+    base: float = Field(gt=0, description="geometric mean over base's processes")
+    head: float = Field(gt=0)
+    ratio: float = Field(gt=0, description="head / base; equals head / base of the two figures")
     ratio_low: float = Field(gt=0)
     ratio_high: float = Field(gt=0)
     confidence: float = Field(gt=0, lt=1)
     p_value: float = Field(ge=0, le=1)
-    rounds: int = Field(ge=2)
+    processes: int = Field(ge=2, description="process pairs")
     budget_pct: float
+    verdict: Verdict
+    decides: bool = Field(description="whether this metric counts toward the verdict")
+
+    @property
+    def change_pct(self) -> float:
+        return (self.ratio - 1) * 100
+
+    @property
+    def low_pct(self) -> float:
+        return (self.ratio_low - 1) * 100
+
+    @property
+    def high_pct(self) -> float:
+        return (self.ratio_high - 1) * 100
+
+
+class TimingChange(_Strict):
+    """The timing verdict of one workload, judged by what bounds its step."""
+
+    bound: Literal["device", "host", "cpu"]
+    gpu_busy_pct: float | None = Field(
+        default=None, ge=0, description="device time as a share of the wall-clock step (GPU)"
+    )
+    metrics: list[MetricChange]
+    kernels: list[float] | None = Field(default=None, description="kernels per step, base and head")
+    kernels_exact: bool = Field(default=False, description="every process of a side launched the same count")
     verdict: Verdict
 
 
@@ -277,11 +351,11 @@ class WorkloadReview(_Strict):
     name: str
     base: list[ProbeResult] = []
     head: list[ProbeResult] = []
-    timing_change: TimingChange | None = None
+    timing: TimingChange | None = None
 
 
 class Review(_Strict):
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     tool_version: str
     verdict: Verdict
     summary: str
@@ -309,7 +383,7 @@ class Shard(_Strict):
 class ProbeRun(_Strict):
     """What `perfcheck probe` writes: one shard's raw measurements, before any comparison."""
 
-    schema_version: Literal[1] = SCHEMA_VERSION
+    schema_version: Literal[2] = SCHEMA_VERSION
     kind: Literal["probe-run"] = "probe-run"
     tool_version: str
     shard: Shard

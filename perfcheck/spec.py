@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict
 
 from perfcheck.config import (
     CompileConfig,
@@ -18,7 +18,7 @@ from perfcheck.config import (
     TimingConfig,
     WorkloadConfig,
 )
-from perfcheck.schema import Side
+from perfcheck.schema import Plant, Side
 
 
 class ProbeSpec(BaseModel):
@@ -35,6 +35,8 @@ class ProbeSpec(BaseModel):
     ddp: DdpConfig = DdpConfig()
     custom_ops: CustomOpsConfig = CustomOpsConfig()
     profile: ProfileConfig = ProfileConfig()
-    # Benchmark-only: busy work of this share of the calibrated step time added to every timed
-    # step, a slowdown of known size for measuring detection rates (bench/trust.py).
-    planted_slowdown_pct: float = Field(default=0.0, ge=0)
+    # Benchmark-only: busy work of a known share of device or host time added to every step, a
+    # slowdown of known size for measuring detection rates (bench/processes.py). Set, it also
+    # launches the (empty) sleep kernel on a side planted with 0 %, so that both sides launch the
+    # same kernels and only time tells them apart.
+    plant: Plant | None = None

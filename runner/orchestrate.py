@@ -8,6 +8,7 @@ result for that one probe, and the review goes on.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,8 +18,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from statistics import median
 
+from perfcheck.bot.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.config import DEFAULT_PROBES, Config, WorkloadConfig
 from perfcheck.progress import Progress
 from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, load_model
@@ -75,17 +76,30 @@ def _failed(spec: ProbeSpec, status: str, message: str, duration: float) -> Prob
     )
 
 
-def cache_env(stem: str) -> dict[str, str]:
-    """The environment of a probe process."""
-    cache = Path(tempfile.mkdtemp(prefix=f"perfcheck-{stem}-"))
+def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
+    """One compile cache per side and workload: the compile probe fills it with its cold compile,
+    and the timing probe's processes start warm from it; a side never sees the other's."""
+    return {side: workdir / "cache" / f"{side}-{workload}" for side in ("base", "head")}
+
+
+def probe_env(stem: str, cache: Path | None = None) -> dict[str, str]:
+    """The environment of a probe process; its compile cache is ``cache`` (shared with later
+    processes of its side), or a fresh folder of its own."""
+    shared = {}
+    if cache is not None:
+        # Dynamo would record the shapes it saw in the cache and compile the next process
+        # dynamic from the start; each process must compile as a fresh run of the code would.
+        shared["TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"] = "0"
+    cache = cache if cache is not None else Path(tempfile.mkdtemp(prefix=f"perfcheck-{stem}-"))
     return {
+        **shared,
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
         "PYTHONSAFEPATH": "1",
         # Both sides hash alike: dict layout is one of the ways two runs of identical code differ.
         "PYTHONHASHSEED": "0",
-        # A fresh compiler cache per process keeps "cold compile" cold and the sides independent.
+        # A compiler cache of the probe's own keeps "cold compile" cold and the sides independent.
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
     }
@@ -120,13 +134,15 @@ def run_module(
             return None
 
 
-def run_probe(spec: ProbeSpec, python: str, timeout_s: float, workdir: Path) -> ProbeResult:
+def run_probe(
+    spec: ProbeSpec, python: str, timeout_s: float, workdir: Path, cache: Path | None = None
+) -> ProbeResult:
     """Run one probe in a fresh process; never raises for anything the probe does."""
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
     spec_path, result_path, log_path = (workdir / f"{stem}{ext}" for ext in (".spec.json", ".json", ".log"))
     spec_path.write_text(spec.model_dump_json())
     result_path.unlink(missing_ok=True)
-    env = cache_env(stem)
+    env = probe_env(stem, cache)
     start = time.monotonic()
     code = run_module(
         python, "perfcheck.runner.worker", [spec_path, result_path], spec.tree, env, timeout_s, log_path
@@ -201,7 +217,12 @@ def run_review(
     def one(item: tuple[WorkloadConfig, str, SideSetup]) -> ProbeResult:
         wl, probe, side = item
         task = progress.begin(f"{side.side} · {wl.name} · {probe}")
-        result = run_probe(_spec(run, wl, probe, side), side.python, wl.timeout_s, workdir)
+        cache = None
+        if probe == "compile":
+            # Its cold compile fills the cache the timing probe's processes of this side start from.
+            cache = side_caches(workdir, wl.name)[side.side]
+            shutil.rmtree(cache, ignore_errors=True)
+        result = run_probe(_spec(run, wl, probe, side), side.python, wl.timeout_s, workdir, cache)
         task.finish(_outcome(result))
         return result
 
@@ -215,8 +236,10 @@ def run_review(
             run.base,
             run.head,
             workdir,
-            run.config.budgets.max_throughput_regression_pct,
-            on_round=lambda n, t=task: t.note(f"round {n}"),
+            run.config.budgets,
+            on_pair=lambda n, state, t=task: t.note(
+                f"pair {n} of {run.config.timing.processes}–{run.config.timing.max_processes}: {state}"
+            ),
         )
         task.finish(_paired_outcome(pair.base, pair.head))
         collected += [pair.base, pair.head]
@@ -228,7 +251,9 @@ def run_review(
 
 
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:
-    if base.timing and head.timing:
-        b, h = base.timing.samples_ms, head.timing.samples_ms
-        return f"ok, {len(h)} rounds, median {median(b):.3f} → {median(h):.3f} ms/step"
+    figures = throughput_figures(base.timing, head.timing)
+    if head.timing and figures:
+        name, b, h = figures
+        what = METRIC_LABELS[name].replace(" / step", "")
+        return f"ok, {len(head.timing.processes)} process pairs, {what} {b:.3f} → {h:.3f} ms"
     return "; ".join(f"{r.side} {_outcome(r)}" for r in (base, head))

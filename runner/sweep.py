@@ -16,7 +16,7 @@ from pathlib import Path
 from perfcheck.bot.pareto import pareto_front
 from perfcheck.config import SweepConfig, WorkloadConfig
 from perfcheck.progress import Progress
-from perfcheck.runner.orchestrate import cache_env, log_tail, run_module, signal_name
+from perfcheck.runner.orchestrate import log_tail, probe_env, run_module, signal_name
 from perfcheck.schema import ContractError, Environment, load_model
 from perfcheck.sweep_schema import (
     DEFAULT_MODE,
@@ -74,7 +74,7 @@ def run_point(
     spec_path.write_text(spec.model_dump_json())
     result_path.unlink(missing_ok=True)
     start = time.monotonic()
-    env = cache_env(f"sweep-{stem}")
+    env = probe_env(f"sweep-{stem}")
     code = run_module(
         python, "perfcheck.runner.sweep_worker", [spec_path, result_path], spec.tree, env, timeout_s, log_path
     )

@@ -1,26 +1,40 @@
-"""Paired, interleaved A/B timing of one workload: base and head in long-lived workers.
+"""Timing of one workload over pairs of worker processes, base beside head. Imports no torch.
 
-Imports no torch. Both workers set up (compile, warm up) at the same time; then rounds
-alternate which side goes first (A B, B A, ...), so drift and order effects hit both sides.
-An inconclusive verdict buys more rounds, up to ``max_rounds`` and the time budget.
+The worker process is the unit of replication: two processes running identical code can differ
+for their whole life, so one pair of processes, however many rounds it times, measures one draw
+of that bias. Each pair is a base and a head worker spawned together; they warm up one at a time
+and time rounds in alternation (A B, B A, ...) so drift hits both; on a GPU each then runs a
+device pass (CUPTI) alone. Pairs alternate which side goes first. Every process starts from its
+side's compile cache, which the compile probe filled (or, when it did not run, the first pair),
+so a respawn costs seconds, not a cold compile. After ``timing.processes`` pairs, and every
+``timing.extra_processes`` more, the gate's own rule (``bot.timing_gate.sequential``) says whether
+the verdict is reached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
 import signal
 import subprocess
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import IO, Any
 
-from perfcheck.bot.stats import Decision, is_host_bound, sequential_decision
-from perfcheck.runner.orchestrate import SideSetup, cache_env
-from perfcheck.schema import Environment, ProbeResult, TimingMetrics
+from perfcheck.bot.stats import fast_mean
+from perfcheck.bot.timing_gate import sequential
+from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.runner.orchestrate import SideSetup, probe_env, side_caches
+from perfcheck.schema import DeviceStep, Environment, Plant, ProbeResult, TimingMetrics, TimingProcess
 from perfcheck.spec import ProbeSpec
+
+SIDES = ("base", "head")
+MAX_STEPS_PER_ROUND = 2000
 
 
 class WorkerFailed(Exception):
@@ -33,17 +47,20 @@ class WorkerFailed(Exception):
 class TimingWorker:
     """One side's worker process and its command/reply pipes."""
 
-    def __init__(self, spec: ProbeSpec, python: str, workdir: Path, tag: str = "") -> None:
+    def __init__(
+        self, spec: ProbeSpec, python: str, workdir: Path, tag: str, cache: Path | None = None
+    ) -> None:
         stem = f"{spec.side}-{spec.workload.name}-timing{tag}"
         spec_path = workdir / f"{stem}.spec.json"
         spec_path.write_text(spec.model_dump_json())
         self.log_path = workdir / f"{stem}.log"
+        self.started = time.monotonic()
         read_fd, write_fd = os.pipe()
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [python, "-m", "perfcheck.runner.timing_worker", str(spec_path), str(write_fd)],
                 cwd=spec.tree,
-                env=cache_env(stem),
+                env=probe_env(stem, cache),
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -103,137 +120,191 @@ class TimingWorker:
         self.replies.close()
 
 
+@dataclass
+class Measured:
+    """What one worker measured under one condition (the gate has one; the trust bench several)."""
+
+    times_ms: list[float] = field(default_factory=list)
+    host_ms: list[float] = field(default_factory=list)  # GPU: host issue time of each timed step
+    device: dict[str, Any] | None = None
+
+
+@dataclass
+class SideRecord:
+    """One side's worker of one pair: its setup, warm-up and finish replies and what it measured."""
+
+    first: bool
+    ready_s: float = 0.0
+    steps_per_round: int = 0
+    setup: dict[str, Any] = field(default_factory=dict)
+    warmup: dict[str, Any] = field(default_factory=dict)
+    finish: dict[str, Any] = field(default_factory=dict)
+    conditions: list[Measured] = field(default_factory=list)
+
+    def process(self, condition: int = 0) -> TimingProcess:
+        m = self.conditions[condition]
+        device = None
+        if m.device is not None:
+            device = DeviceStep.model_validate(
+                {k: v for k, v in m.device.items() if k in DeviceStep.model_fields}
+            )
+        return TimingProcess(
+            step_ms=fast_mean(m.times_ms),
+            median_step_ms=median(m.times_ms),
+            steps=len(m.times_ms),
+            host_ms=fast_mean(m.host_ms) if m.host_ms else None,
+            device=device,
+            peak_memory_mb=self.finish.get("peak_memory_mb"),
+            first=self.first,
+            ready_s=round(self.ready_s, 3),
+            warmup_steps=self.warmup["warmup_steps"],
+            warmup_converged=self.warmup["warmup_converged"],
+            recompiles=self.finish.get("recompiles", 0),
+        )
+
+
+@contextlib.contextmanager
+def _blaming(side: str) -> Iterator[None]:
+    """A worker failure inside says which side's worker it was."""
+    try:
+        yield
+    except WorkerFailed as err:
+        err.side = side
+        raise
+
+
+def _ask(
+    workers: dict[str, TimingWorker], side: str, cmd: str, timeout: float, **args: Any
+) -> dict[str, Any]:
+    with _blaming(side):
+        return workers[side].ask(cmd, timeout, **args)
+
+
+@dataclass(frozen=True)
+class Condition:
+    """What a pair measures in one go: the gate measures one, with no plant; the trust bench several."""
+
+    plant: Plant | None = None  # head's plant; base then gets an empty one, so both launch alike
+    rounds: int | None = None  # wall-clock rounds, timing.rounds if None (a GPU's device pass always runs)
+
+
+@dataclass
+class _Pair:
+    index: int
+    order: tuple[str, ...]
+    workers: dict[str, TimingWorker]
+    records: dict[str, SideRecord]
+
+
+def _spawn(
+    specs: dict[str, ProbeSpec],
+    sides: dict[str, SideSetup],
+    workdir: Path,
+    index: int,
+    caches: dict[str, Path],
+) -> _Pair:
+    order = SIDES if index % 2 == 0 else SIDES[::-1]
+    # Spawned back to back in this pair's order, so neither side is always the newer process.
+    workers = {
+        side: TimingWorker(specs[side], sides[side].python, workdir, f"-p{index + 1}", caches[side])
+        for side in order
+    }
+    return _Pair(index, order, workers, {side: SideRecord(first=side == order[0]) for side in SIDES})
+
+
+def run_pairs(
+    specs: dict[str, ProbeSpec],
+    sides: dict[str, SideSetup],
+    workdir: Path,
+    indices: Sequence[int],
+    cpu: int | None,
+    caches: dict[str, Path],
+    conditions: Sequence[Condition] = (Condition(),),
+) -> list[dict[str, SideRecord]]:
+    """Spawn these pairs' workers, set all of them up at once, then time one pair at a time.
+
+    Setting up (import, build, compile from the warm cache, a first step) is host work, done by
+    all together; timing is done by one pair alone, the others idle (blocked on their command
+    pipe), so nothing else runs on the GPU or the shared core while a pair is timed.
+    """
+    timeout = specs["head"].workload.timeout_s
+    pairs: list[_Pair] = []
+    try:
+        for index in indices:
+            pairs.append(_spawn(specs, sides, workdir, index, caches))
+        for pair in pairs:
+            for side in pair.order:
+                with _blaming(side):
+                    pair.workers[side].send("setup")
+        for pair in pairs:
+            for side in pair.order:
+                with _blaming(side):
+                    pair.records[side].setup = pair.workers[side].receive(timeout)
+                pair.records[side].ready_s = time.monotonic() - pair.workers[side].started
+        out = []
+        for pair in pairs:
+            _measure(pair, specs, cpu, conditions)
+            for worker in pair.workers.values():
+                worker.close()
+            out.append(pair.records)
+        return out
+    finally:
+        for pair in pairs:
+            for worker in pair.workers.values():
+                worker.close()
+
+
+def _measure(
+    pair: _Pair, specs: dict[str, ProbeSpec], cpu: int | None, conditions: Sequence[Condition]
+) -> None:
+    cfg, timeout = specs["head"].timing, specs["head"].workload.timeout_s
+    cuda = specs["head"].device == "cuda"
+    workers, records, order = pair.workers, pair.records, pair.order
+    # Warm-up one side at a time: a steady state measured while the other works is not one.
+    for side in order:
+        records[side].warmup = _ask(workers, side, "warmup", timeout, cpu=cpu)
+    per_round = steps_per_round(cfg.round_ms, [records[s].warmup["step_ms"] for s in SIDES])
+    for condition in conditions:
+        if condition.plant is not None:
+            for side in order:
+                pct = condition.plant if side == "head" else Plant()
+                _ask(workers, side, "plant", timeout, device_pct=pct.device_pct, host_pct=pct.host_pct)
+        measured = {side: Measured() for side in SIDES}
+        for r in range(cfg.rounds if condition.rounds is None else condition.rounds):
+            for side in order if r % 2 == 0 else order[::-1]:
+                answer = _ask(workers, side, "round", timeout, steps=per_round)
+                measured[side].times_ms += answer["times_ms"]
+                measured[side].host_ms += answer["host_ms"]
+        if cuda:
+            for side in order:
+                measured[side].device = _ask(workers, side, "device", timeout, steps=cfg.device_steps)
+        for side in SIDES:
+            records[side].conditions.append(measured[side])
+            records[side].steps_per_round = per_round
+    for side in order:
+        records[side].finish = _ask(workers, side, "finish", timeout)
+
+
+def steps_per_round(round_ms: float, settled_ms: Sequence[float]) -> int:
+    """As many steps as fill ``round_ms`` at the slower side's settled step time: the same count on
+    both sides, so a round of each covers the same work."""
+    slowest = max(max(settled_ms), 1e-6)
+    return max(1, min(MAX_STEPS_PER_ROUND, round(round_ms / slowest)))
+
+
 @dataclass(frozen=True)
 class PairedTiming:
     base: ProbeResult
     head: ProbeResult
 
 
-def _result(
-    spec: ProbeSpec,
-    setup: dict[str, Any],
-    samples: list[float],
-    host: list[float],
-    generation_rounds: list[int],
-    finish: dict[str, Any],
-    duration: float,
-) -> ProbeResult:
-    metrics = TimingMetrics(
-        mode=setup["mode"],
-        backend=setup["backend"],
-        steps_per_round=spec.timing.steps_per_round,
-        samples_ms=samples,
-        batch_size=setup["batch_size"],
-        warmup_steps=setup["warmup_steps"],
-        warmup_converged=setup["warmup_converged"],
-        cold_compile_s=setup["cold_compile_s"],
-        compile_breakdown_s=setup["compile_breakdown_s"],
-        peak_memory_mb=finish["peak_memory_mb"],
-        memory_kind=finish["memory_kind"],
-        recompiles_during_timing=finish["recompiles_during_timing"],
-        planted_slowdown_pct=spec.planted_slowdown_pct,
-        host_issue_ms=host,
-        generation_rounds=generation_rounds,
-    )
-    return ProbeResult(
-        probe="timing",
-        workload=spec.workload.name,
-        side=spec.side,
-        status="ok",
-        duration_s=round(duration, 3),
-        environment=Environment.model_validate(setup["environment"]),
-        timing=metrics,
-        details={"warmup_block_medians_ms": setup["warmup_block_medians_ms"]},
-    )
-
-
-def _failed(spec: ProbeSpec, err: WorkerFailed, duration: float) -> ProbeResult:
-    return ProbeResult(
-        probe="timing",
-        workload=spec.workload.name,
-        side=spec.side,
-        status=err.status,
-        duration_s=round(duration, 3),
-        message=str(err),
-    )  # type: ignore[arg-type]
-
-
-@dataclass
-class _Generation:
-    """One pair of worker processes and what they measured."""
-
-    setups: dict[str, dict[str, Any]] = field(default_factory=dict)
-    samples: dict[str, list[float]] = field(default_factory=lambda: {"base": [], "head": []})
-    host: dict[str, list[float]] = field(default_factory=lambda: {"base": [], "head": []})
-    finishes: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-
-def _ask(
-    workers: dict[str, TimingWorker], side: str, cmd: str, timeout: float, **args: Any
-) -> dict[str, Any]:
+def shared_cpu() -> int | None:
+    """The core both sides' host work runs on: the last one this process may use (the first
+    cores of a machine take most interrupts)."""
     try:
-        return workers[side].ask(cmd, timeout, **args)
-    except WorkerFailed as err:
-        err.side = side
-        raise
-
-
-def _generation(
-    specs: dict[str, ProbeSpec],
-    sides: dict[str, SideSetup],
-    workdir: Path,
-    tag: str,
-    budget_pct: float,
-    on_round: Any,
-) -> tuple[_Generation, Decision | None]:
-    cfg, timeout = specs["head"].timing, specs["head"].workload.timeout_s
-    gen = _Generation()
-    workers = {side: TimingWorker(specs[side], sides[side].python, workdir, tag) for side in ("base", "head")}
-    try:
-        # Both compile at once: compiling is mostly host work, and it halves the wait.
-        for side, worker in workers.items():
-            try:
-                worker.send("setup")
-            except WorkerFailed as err:
-                err.side = side
-                raise
-        for side, worker in workers.items():
-            try:
-                gen.setups[side] = worker.receive(timeout)
-            except WorkerFailed as err:
-                err.side = side
-                raise
-        # Warm-up one side at a time: a steady state measured while the other compiles is not one.
-        for side in workers:
-            gen.setups[side] |= _ask(workers, side, "warmup", timeout)
-        timed_since = time.monotonic()
-        while True:
-            s, h = gen.samples, gen.host
-            bound = is_host_bound(h["base"], s["base"]) or is_host_bound(h["head"], s["head"])
-            decision = sequential_decision(
-                s["base"],
-                s["head"],
-                budget_pct,
-                cfg.min_rounds,
-                cfg.extra_rounds,
-                cfg.max_rounds,
-                cfg.confidence,
-                bound,
-            )
-            if decision is not None or time.monotonic() - timed_since > cfg.time_budget_s:
-                break
-            for side in ("base", "head") if len(s["head"]) % 2 == 0 else ("head", "base"):
-                answer = _ask(workers, side, "round", timeout, steps=cfg.steps_per_round)
-                s[side].append(round(answer["median_ms"], 5))
-                if answer.get("host_median_ms") is not None:
-                    h[side].append(round(answer["host_median_ms"], 5))
-            if on_round is not None:
-                on_round(len(s["head"]))
-        gen.finishes = {side: _ask(workers, side, "finish", timeout) for side in workers}
-        return gen, decision
-    finally:
-        for worker in workers.values():
-            worker.close()
+        return max(os.sched_getaffinity(0))
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def run_paired(
@@ -242,59 +313,100 @@ def run_paired(
     base: SideSetup,
     head: SideSetup,
     workdir: Path,
-    budget_pct: float,
-    on_round: Any = None,
+    budgets: BudgetsConfig,
+    on_pair: Callable[[int, str], None] | None = None,
 ) -> PairedTiming:
-    """Time both sides in alternating rounds; returns one ProbeResult per side, never raises for them.
-
-    Two processes running identical code can differ by several percent for their whole life
-    (memory layout, placement): a bias no pairing of rounds cancels. So a fail must reproduce in a
-    second, fresh pair of workers (``timing.confirm_fail``); passes cost one pair only.
-    """
+    """Time both sides over pairs of processes until the gate decides; one ProbeResult per side,
+    never raising for what the workers do."""
     start = time.monotonic()
     specs = {"base": base_spec, "head": head_spec}
     sides = {"base": base, "head": head}
-    gens: list[_Generation] = []
+    cfg = head_spec.timing
+    caches = side_caches(workdir, head_spec.workload.name)
+    cold = not any(c.exists() for c in caches.values())
+    cpu = shared_cpu()
+    pairs: list[dict[str, SideRecord]] = []
     try:
-        for n in range(2 if head_spec.timing.confirm_fail else 1):
-            gen, decision = _generation(specs, sides, workdir, f"-g{n + 1}", budget_pct, on_round)
-            gens.append(gen)
-            if decision is None or decision.verdict != "fail":
+        while True:
+            pairs += run_pairs(specs, sides, workdir, _next_batch(len(pairs), cfg), cpu, caches)
+            procs = {s: [p[s].process() for p in pairs] for s in SIDES}
+            decided = sequential(procs["base"], procs["head"], budgets, cfg)
+            spent = time.monotonic() - start
+            out_of_time = spent > cfg.time_budget_s and len(pairs) >= 2
+            if on_pair is not None:
+                on_pair(
+                    len(pairs), decided.verdict if decided else ("out of time" if out_of_time else "more")
+                )
+            if decided is not None or out_of_time or len(pairs) >= cfg.max_processes:
                 break
     except WorkerFailed as err:
-        elapsed = time.monotonic() - start
-        results = {}
-        for side in ("base", "head"):
-            if side == err.side:
-                results[side] = _failed(specs[side], err, elapsed)
-            else:
-                # The other side is fine but has nothing to be compared with: skipped, with why.
-                results[side] = ProbeResult(
-                    probe="timing",
-                    workload=specs[side].workload.name,
-                    side=side,  # type: ignore[arg-type]
-                    status="skipped",
-                    duration_s=round(elapsed, 3),
-                    message=f"not compared: the other side's timing worker failed ({err.status})",
-                )
-        return PairedTiming(results["base"], results["head"])
+        return _failed_pair(specs, err, time.monotonic() - start)
     elapsed = time.monotonic() - start
-    return PairedTiming(*(_merged(specs[s], gens, s, elapsed) for s in ("base", "head")))
+    return PairedTiming(*(_result(specs[s], [p[s] for p in pairs], cold, cpu, elapsed) for s in SIDES))
 
 
-def _merged(spec: ProbeSpec, gens: list[_Generation], side: str, elapsed: float) -> ProbeResult:
-    first = gens[0]
-    finish = {
-        "peak_memory_mb": max(g.finishes[side]["peak_memory_mb"] for g in gens),
-        "memory_kind": first.finishes[side]["memory_kind"],
-        "recompiles_during_timing": sum(g.finishes[side]["recompiles_during_timing"] for g in gens),
-    }
-    return _result(
-        spec,
-        first.setups[side],
-        [x for g in gens for x in g.samples[side]],
-        [x for g in gens for x in g.host[side]],
-        [len(g.samples[side]) for g in gens],
-        finish,
-        elapsed,
+def _next_batch(done: int, cfg: TimingConfig) -> list[int]:
+    """The pairs to set up together next: the first alone (its compile is the cold one, and a cold
+    cache is no cache to share), then up to the next look of the sequential rule, at most
+    ``setup_together`` at once."""
+    if done == 0:
+        return [0]
+    look = cfg.processes if done < cfg.processes else done + cfg.extra_processes
+    count = max(1, min(look, cfg.max_processes) - done)
+    return list(range(done, done + min(count, cfg.setup_together)))
+
+
+def _result(
+    spec: ProbeSpec, records: list[SideRecord], cold: bool, cpu: int | None, elapsed: float
+) -> ProbeResult:
+    first = records[0]
+    setup = first.setup
+    metrics = TimingMetrics(
+        mode=setup["mode"],
+        backend=setup["backend"],
+        batch_size=setup["batch_size"],
+        steps_per_round=first.steps_per_round,
+        cold_compile_s=setup["first_step_s"] if cold and setup["mode"] == "compiled" else None,
+        compile_breakdown_s=setup["compile_breakdown_s"] if cold else {},
+        memory_kind=first.finish["memory_kind"],
+        cpu=cpu,
+        threads=setup.get("threads"),
+        plant=spec.plant,
+        processes=[r.process() for r in records],
     )
+    return ProbeResult(
+        probe="timing",
+        workload=spec.workload.name,
+        side=spec.side,
+        status="ok",
+        duration_s=round(elapsed, 3),
+        environment=Environment.model_validate(setup["environment"]),
+        timing=metrics,
+        details={"warmup_block_minima_ms": [r.warmup.get("warmup_block_minima_ms", []) for r in records]},
+    )
+
+
+def _failed_pair(specs: dict[str, ProbeSpec], err: WorkerFailed, elapsed: float) -> PairedTiming:
+    results = {}
+    for side in SIDES:
+        spec = specs[side]
+        if side == err.side:
+            results[side] = ProbeResult(
+                probe="timing",
+                workload=spec.workload.name,
+                side=spec.side,
+                status=err.status,  # type: ignore[arg-type]
+                duration_s=round(elapsed, 3),
+                message=str(err),
+            )
+        else:
+            # The other side is fine but has nothing to be compared with: skipped, with why.
+            results[side] = ProbeResult(
+                probe="timing",
+                workload=spec.workload.name,
+                side=side,  # type: ignore[arg-type]
+                status="skipped",
+                duration_s=round(elapsed, 3),
+                message=f"not compared: the other side's timing worker failed ({err.status})",
+            )
+    return PairedTiming(results["base"], results["head"])

@@ -1,22 +1,29 @@
-"""A long-lived timing worker for one side: ``python -m perfcheck.runner.timing_worker SPEC REPLY_FD``.
+"""One side's timing worker process: ``python -m perfcheck.runner.timing_worker SPEC REPLY_FD``.
 
-The orchestrator keeps one worker per side alive and asks each, in alternation, for a round of
-timed steps, so drift over the run hits base and head alike. Commands arrive as JSON lines on
+The orchestrator runs workers in pairs, one per side, several pairs per workload: the process is
+the unit of replication. It asks each worker of a pair, in alternation, for rounds of timed steps,
+then (on a GPU) for a device pass of its own. Commands arrive as JSON lines on
 stdin; replies go as JSON lines to REPLY_FD, a pipe of their own, so nothing the workload prints
 can corrupt them.
 
 Timing rules: warm up until compilation, autotuning and recompiles have stopped and step times
-have settled, then a few steps more; time GPU steps with CUDA events and read them after one
-synchronisation per round; no profiler; garbage collection off inside a round.
+have settled, then a few steps more; the host work of both sides runs on one and the same core
+(two processes on different cores of a shared machine differ by which neighbours those cores
+have, a bias between processes that no pairing of rounds removes); time GPU steps with CUDA
+events and read them after one synchronisation per round; never time with the profiler on, and
+profile in a pass of its own; garbage collection off inside a round.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import json
 import os
 import resource
+import shutil
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -27,11 +34,15 @@ from typing import Any
 import torch
 
 from perfcheck.runner import step as steps
+from perfcheck.runner.device_metrics import from_trace
 from perfcheck.runner.dynamo_stats import compile_activity, compile_breakdown, compiled_frames
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import load_build
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
+
+# Steps recorded by the profiler before its window opens: CUPTI's own start-up stays out of it.
+PROFILER_WARMUP_STEPS = 1
 
 
 class Timer:
@@ -39,7 +50,7 @@ class Timer:
 
     def __init__(self, device: str) -> None:
         self.cuda = device == "cuda"
-        self.host_ms: list[float] = []
+        self.host_ms: list[float] = []  # GPU: host time to issue each step of the last run
 
     def run(self, fn: Callable[[], Any], n: int, lead_in: int = 0) -> list[float]:
         """``n`` timed steps after ``lead_in`` untimed ones queued just before them: the first step
@@ -60,8 +71,9 @@ class Timer:
                 end.record()
                 host.append((time.perf_counter() - t0) * 1000)
             torch.cuda.synchronize()
-            # How long the host took to issue each step: when it is close to the device time, the
-            # step is host-bound and host jitter shows in the timings.
+            # How long the host took to issue each step, timed in the same interleaved rounds as
+            # the steps, so pairing cancels drift for it too. Where the step is host-bound this is
+            # what bounds it; where it is device-bound the launch queue fills and the host waits.
             self.host_ms = host
             return [start.elapsed_time(end) for start, end in marks]
         for _ in range(lead_in):
@@ -75,11 +87,12 @@ class Timer:
 
 
 class BusyWork:
-    """Extra work of a known duration, for planted slowdowns: a GPU sleep kernel or a host spin."""
+    """Benchmark-only extra work of a known duration: a GPU sleep kernel and a host spin."""
 
     def __init__(self, device: str) -> None:
         self.cuda = device == "cuda"
-        self.seconds = 0.0
+        self.device_s = 0.0
+        self.host_s = 0.0
         self._cycles_per_s = self._calibrate() if self.cuda else 0.0
 
     @staticmethod
@@ -94,49 +107,57 @@ class BusyWork:
         return cycles / (start.elapsed_time(end) / 1000)
 
     def __call__(self) -> None:
-        if self.seconds <= 0:
-            return
         if self.cuda:
-            torch.cuda._sleep(int(self.seconds * self._cycles_per_s))
-            return
-        deadline = time.perf_counter() + self.seconds
-        while time.perf_counter() < deadline:
-            pass
+            # Launched even when empty: a planted side and an unplanted one launch the same
+            # kernels, so only time tells them apart.
+            torch.cuda._sleep(int(self.device_s * self._cycles_per_s))
+        if self.host_s > 0:
+            deadline = time.perf_counter() + self.host_s
+            while time.perf_counter() < deadline:
+                pass
 
 
-def pin_cpus(count: int = 4) -> list[int]:
-    """Run this side's host work on the same few cores as the other side's.
+def pin_to(cpu: int | None) -> int | None:
+    """Run every thread of this process on ``cpu``, the core the other side's threads use too.
 
-    Host-bound steps (launch overhead, small kernels) otherwise differ by which cores each process
-    happens to land on, a bias between two processes that pairing cannot cancel. Done after the
-    compile, which wants every core.
+    Every thread, not only the one that issues the steps: backward runs in the autograd engine's
+    device thread, which torch started at the first step, and a thread left to wander lands on a
+    different core in each process, with a different neighbour: a bias that lasts the process's
+    life (measured on the H200, docs/benchmarks.md). The threads take turns (the issuing thread
+    waits while backward runs), so one core costs them nothing. Done after the compile, which
+    wants every core; threads started later inherit the mask.
     """
+    if cpu is None:
+        return None
     try:
-        available = sorted(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return []
-    chosen = available[:count]
-    try:
-        os.sched_setaffinity(0, chosen)
+        tasks = [int(t) for t in os.listdir("/proc/self/task")]
     except OSError:
-        return []
-    torch.set_num_threads(max(1, min(torch.get_num_threads(), len(chosen))))
-    return chosen
+        tasks = [0]
+    try:
+        for task in tasks:
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended meanwhile
+                os.sched_setaffinity(task, {cpu})
+    except (AttributeError, OSError):
+        return None
+    return cpu
 
 
 class Session:
     def __init__(self, spec: ProbeSpec) -> None:
         self.spec = spec
+        self.cuda = spec.device == "cuda"
         self.timer = Timer(spec.device)
-        self.busy: BusyWork | None = None
-        self.step_ms = 0.0  # the settled step time, which a planted slowdown is a share of
-        self.warmup_trace: list[dict[str, Any]] = []  # per block: step times, whether anything compiled
+        self.busy: BusyWork | None = BusyWork(spec.device) if spec.plant is not None else None
         self.run_step: Callable[[], Any] = lambda: None
         self.one: Callable[[], Any] = lambda: None
         self.frames_after_warmup = 0
+        self.unplanted: dict[str, float] = {}  # device and host time before anything was planted
 
     def setup(self) -> dict[str, Any]:
         spec, cfg, wl = self.spec, self.spec.timing, self.spec.workload
+        if not self.cuda:
+            # Set before the first op, so intra-op parallel regions never start more threads.
+            torch.set_num_threads(cfg.cpu_threads)
         torch._dynamo.reset()
         model, inputs = load_build(wl.entry, Path(spec.tree))(spec.device)
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
@@ -150,8 +171,6 @@ class Session:
             else model
         )
         step = steps.make_step(target, wl.train, wl.amp, spec.device, optimizer)
-        if spec.device == "cuda":
-            torch.cuda.reset_peak_memory_stats()
 
         def one() -> None:
             step(*inputs)
@@ -159,12 +178,14 @@ class Session:
         start = time.perf_counter()
         one()
         steps.synchronize(spec.device)
-        cold = time.perf_counter() - start
+        first = time.perf_counter() - start
+
+        busy = self.busy
 
         def timed() -> None:
             one()
-            if self.busy is not None:
-                self.busy()
+            if busy is not None:
+                busy()
 
         self.run_step = timed
         self.one = one
@@ -172,22 +193,25 @@ class Session:
             "mode": "compiled" if cfg.compiled else "eager",
             "backend": spec.compile.backend if cfg.compiled else None,
             "batch_size": steps.batch_size(inputs),
-            "cold_compile_s": round(cold, 4) if cfg.compiled else None,
+            "first_step_s": round(first, 4),
             "compile_breakdown_s": compile_breakdown() if cfg.compiled else {},
-            "first_step_ms": round(cold * 1000, 3),
+            "threads": torch.get_num_threads() if not self.cuda else None,
             "environment": environment(spec.device).model_dump(),
         }
 
-    def warmup(self) -> dict[str, Any]:
+    def warmup(self, cpu: int | None) -> dict[str, Any]:
         """Run alone (the other side idle): steady state measured under contention is no steady state."""
         cfg = self.spec.timing
-        pinned = pin_cpus()
-        warm_steps, converged, block_medians = self._warm_up(self.one)
-        self.step_ms = block_medians[-1]
-        self.plant(self.spec.planted_slowdown_pct)
+        pinned = pin_to(cpu)
+        warm_steps, converged, block_minima = self._warm_up()
+        if self.busy is not None:
+            self.unplanted = {"device_ms": self.device(cfg.device_steps)["busy_ms"]} if self.cuda else {}
+            times = self.timer.run(self.one, 20)
+            self.unplanted["host_ms"] = median(self.timer.host_ms if self.cuda else times)
+            self.plant(self.spec.plant.device_pct, self.spec.plant.host_pct)  # type: ignore[union-attr]
         if cfg.warmup_extra_steps:
             self.timer.run(self.run_step, cfg.warmup_extra_steps)
-        if self.spec.device == "cuda":
+        if self.cuda:
             torch.cuda.reset_peak_memory_stats()
         self.frames_after_warmup = compiled_frames()
         gc.collect()
@@ -195,42 +219,36 @@ class Session:
         return {
             "warmup_steps": warm_steps,
             "warmup_converged": converged,
-            "warmup_block_medians_ms": [round(m, 4) for m in block_medians],
-            "warmup_trace": self.warmup_trace,
-            "cpus": pinned,
+            "warmup_block_minima_ms": [round(m, 4) for m in block_minima],
+            "step_ms": block_minima[-1],
+            "cpu": pinned,
         }
 
-    def _warm_up(self, one: Callable[[], None]) -> tuple[int, bool, list[float]]:
-        """Blocks of steps until nothing compiles any more and two block medians in a row agree."""
+    def _warm_up(self) -> tuple[int, bool, list[float]]:
+        """Blocks of steps until nothing compiles any more and two block minima in a row agree:
+        a block's fastest step, since a busy machine only ever adds time to the others."""
         cfg = self.spec.timing
-        done, settled, means = 0, 0, []
+        done, settled = 0, 0
+        minima: list[float] = []
         while done < cfg.warmup_max_steps:
             before = compile_activity()
-            times = self.timer.run(one, cfg.warmup_block)
-            block = median(times)  # like the rounds: one interrupted step must not reset the count
+            block = min(self.timer.run(self.one, cfg.warmup_block))
             done += cfg.warmup_block
             quiet = compile_activity() == before
-            close = bool(means) and abs(block - means[-1]) <= means[-1] * cfg.warmup_tolerance_pct / 100
+            close = bool(minima) and abs(block - minima[-1]) <= minima[-1] * cfg.warmup_tolerance_pct / 100
             settled = settled + 1 if quiet and close else 0
-            means.append(block)
-            self.warmup_trace.append({"steps_ms": [round(t, 4) for t in times], "compiled": not quiet})
+            minima.append(block)
             if settled >= 2:
-                return done, True, means
-        return done, False, means
+                return done, True, minima
+        return done, False, minima
 
-    def plant(self, pct: float) -> dict[str, Any]:
-        """Benchmark-only: add busy work of ``pct`` % of the step time to every step.
-
-        The step time is measured afresh, here, while the other side waits, so the size of the
-        planted slowdown is right even if the machine got faster or slower since warm-up."""
-        if pct and self.busy is None:
-            self.busy = BusyWork(self.spec.device)
-        if self.busy is not None:
-            self.busy.seconds = 0.0
-            if pct:
-                self.step_ms = median(self.timer.run(self.one, 20))
-            self.busy.seconds = self.step_ms / 1000 * pct / 100
-        return {"planted_slowdown_pct": pct, "step_ms": self.step_ms}
+    def plant(self, device_pct: float, host_pct: float) -> dict[str, Any]:
+        """Benchmark-only: busy work of these shares of the unplanted device and host time."""
+        if self.busy is None:
+            raise RuntimeError("nothing can be planted: the spec asked for no plant")
+        self.busy.device_s = self.unplanted.get("device_ms", 0.0) / 1000 * device_pct / 100
+        self.busy.host_s = self.unplanted.get("host_ms", 0.0) / 1000 * host_pct / 100
+        return {"device_pct": device_pct, "host_pct": host_pct, **self.unplanted}
 
     def round(self, n: int) -> dict[str, Any]:
         # The side that just sat idle while the other ran pays a wake-up cost (cold caches, idle
@@ -240,23 +258,53 @@ class Session:
             times = self.timer.run(self.run_step, n, lead_in=1)
         finally:
             gc.enable()
-        # The round's median: robust to an OS interruption landing on one step of the round.
-        host = self.timer.host_ms
         return {
-            "median_ms": median(times),
-            "times_ms": [round(t, 5) for t in times],
-            "host_median_ms": median(host) if host else None,
+            "times_ms": [round(t, 6) for t in times],
+            "host_ms": [round(t, 6) for t in self.timer.host_ms],
         }
 
+    def device(self, n: int, keep: Path | None = None) -> dict[str, Any]:
+        """What the GPU does per step: CUPTI activity only (no CPU ops, shapes or stacks), in a
+        window of exactly ``n`` steps queued as the rounds queue them. ``keep``: a copy of the
+        trace goes there (benchmarks record it)."""
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        if not self.cuda:
+            raise RuntimeError("the device pass needs a CUDA device")
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="perfcheck-device-") as tmp:
+            path = Path(tmp) / "trace.json"
+            sched = schedule(wait=0, warmup=PROFILER_WARMUP_STEPS, active=1, repeat=1)
+            with profile(
+                activities=[ProfilerActivity.CUDA],
+                schedule=sched,
+                on_trace_ready=lambda p: p.export_chrome_trace(str(path)),
+            ) as prof:
+                for _ in range(PROFILER_WARMUP_STEPS):
+                    self.run_step()
+                    torch.cuda.synchronize()
+                    prof.step()
+                # One profiler "step" holds the n steps, so the window closes after all of them.
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    self.run_step()
+                torch.cuda.synchronize()
+                wall_ms = (time.perf_counter() - t0) * 1000 / n
+                prof.step()
+            metrics = from_trace(path, n, wall_ms)
+            if keep is not None:
+                shutil.copyfile(path, keep)
+        return {**metrics.model_dump(), "pass_s": round(time.perf_counter() - started, 3)}
+
     def finish(self) -> dict[str, Any]:
-        if self.spec.device == "cuda":
+        if self.cuda:
             peak, kind = torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
         else:
             peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak_rss"
         return {
             "peak_memory_mb": round(peak, 2),
             "memory_kind": kind,
-            "recompiles_during_timing": compiled_frames() - self.frames_after_warmup,
+            "recompiles": compiled_frames() - self.frames_after_warmup,
         }
 
 
@@ -264,9 +312,10 @@ def serve(spec: ProbeSpec, reply: Any) -> None:
     session = Session(spec)
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "setup": lambda _: session.setup(),
-        "warmup": lambda _: session.warmup(),
+        "warmup": lambda msg: session.warmup(msg.get("cpu")),
         "round": lambda msg: session.round(int(msg["steps"])),
-        "plant": lambda msg: session.plant(float(msg["pct"])),
+        "device": lambda msg: session.device(int(msg["steps"])),
+        "plant": lambda msg: session.plant(float(msg["device_pct"]), float(msg["host_pct"])),
         "finish": lambda _: session.finish(),
     }
     for line in sys.stdin:

@@ -128,7 +128,7 @@ def test_review_exit_code_and_outputs(tmp_path: Path) -> None:
 
 def test_render_rejects_a_result_that_does_not_validate(tmp_path: Path) -> None:
     bad = tmp_path / "result.json"
-    bad.write_text(json.dumps({"schema_version": 1, "verdict": "maybe"}))
+    bad.write_text(json.dumps({"schema_version": 2, "verdict": "maybe"}))
     done = perfcheck("render", str(bad))
     assert done.returncode == 2
     assert "verdict" in done.stderr and "not a valid perfcheck document" in done.stderr

@@ -27,7 +27,7 @@ from perfcheck.bot.history import (
     trend,
 )
 from perfcheck.history_cli import add_history_parser, render_trend, sparkline
-from perfcheck.schema import ProbeResult, Review, TimingMetrics, load_review
+from perfcheck.schema import ProbeResult, Review, TimingMetrics, TimingProcess, load_review
 
 DEMO_RESULT = Path(__file__).parent / "data" / "demo-result.json"
 ITEM_BREAK = "Unsupported Tensor.item() call with capture_scalar_outputs=False"
@@ -76,9 +76,12 @@ def test_demo_recorded_twice_gives_a_two_point_trend_and_heatmap(tmp_path: Path,
     assert breaks[0].repository == "acme/model"
 
     cold = trend(conn, "classifier", "cold_compile_s", limit=1)
-    assert [(r.review_id, r.base, r.head) for r in cold] == [(second, 8.9506, 10.1665)]
-    # The demo ran compile and export only: no timing metrics, so no step-time trend.
-    assert trend(conn, "classifier", "step_ms", limit=10) == []
+    assert [(r.review_id, r.base, r.head) for r in cold] == [(second, 10.78, 11.3743)]
+    # The step-time trend is each side's figure as the table shows it: the geometric mean over
+    # its processes.
+    steps = trend(conn, "classifier", "step_ms", limit=10)
+    assert [(round(r.base, 3), round(r.head, 3)) for r in steps] == [(0.573, 0.796)] * 2
+    assert trend(conn, "classifier", "device_ms", limit=10) == []  # timed on a CPU
     assert trend(conn, "no-such-workload", "graph_breaks", limit=10) == []
 
     assert break_heatmap(conn, limit_reviews=10) == {("classifier", ITEM_BREAK): 2}
@@ -86,7 +89,11 @@ def test_demo_recorded_twice_gives_a_two_point_trend_and_heatmap(tmp_path: Path,
 
     rows = conn.execute("SELECT category, path, line, break_type FROM findings WHERE review_id = ?", (first,))
     assert sorted(map(tuple, rows), key=str) == sorted(
-        [("graph_break_added", "model.py", 17, ITEM_BREAK), ("export_ir_changed", None, None, None)],
+        [
+            ("graph_break_added", "model.py", 17, ITEM_BREAK),
+            ("export_ir_changed", None, None, None),
+            ("throughput_regression", None, None, None),
+        ],
         key=str,
     )
     verdict = conn.execute("SELECT verdict, tool_version FROM reviews WHERE id = ?", (first,)).fetchone()
@@ -101,24 +108,35 @@ def test_unknown_metric_is_refused(tmp_path: Path) -> None:
     conn.close()
 
 
-def timing_result(samples: list[float], peak: float | None) -> ProbeResult:
+def timing_result(steps: list[float], peak: float | None) -> ProbeResult:
+    processes = [
+        TimingProcess(
+            step_ms=x,
+            median_step_ms=x,
+            steps=10,
+            peak_memory_mb=peak,
+            first=True,
+            ready_s=1.0,
+            warmup_steps=3,
+            warmup_converged=True,
+        )
+        for x in steps
+    ]
     timing = TimingMetrics(
         mode="compiled",
         steps_per_round=10,
-        samples_ms=samples,
         batch_size=8,
-        warmup_steps=3,
-        warmup_converged=True,
         cold_compile_s=4.0,
-        peak_memory_mb=peak,
         memory_kind="peak_rss",
+        processes=processes,
     )
     return ProbeResult(probe="timing", workload="w", side="head", status="ok", duration_s=1.0, timing=timing)
 
 
 def test_side_metrics_takes_what_is_present(demo: Review) -> None:
-    assert side_metrics([timing_result([3.0, 1.0, 2.0, 10.0], peak=None)]) == {
-        "step_ms": 2.5,
+    # A side's step time is the geometric mean over its processes, as the table shows it.
+    assert side_metrics([timing_result([1.0, 4.0], peak=None)]) == {
+        "step_ms": 2.0,
         "cold_compile_s": 4.0,
     }
     # With a compile probe beside it, cold compile comes from the compile probe.
@@ -126,7 +144,7 @@ def test_side_metrics_takes_what_is_present(demo: Review) -> None:
     assert with_compile == {
         "step_ms": 1.0,
         "peak_memory_mb": 512.0,
-        "cold_compile_s": 10.1665,
+        "cold_compile_s": 11.3743,
         "graph_count": 2.0,
         "graph_breaks": 1.0,
         "recompiles": 2.0,
@@ -299,7 +317,7 @@ def test_cli_records_and_shows_a_trend(tmp_path: Path, capsys: pytest.CaptureFix
     )
     # Options before the word `record` count too.
     assert main(["history", "--db", str(db), "record", str(DEMO_RESULT)]) == 0
-    assert "recorded review 2 (fail, 1 workload(s), 2 finding(s))" in capsys.readouterr().err
+    assert "recorded review 2 (fail, 1 workload(s), 3 finding(s))" in capsys.readouterr().err
 
     assert main(["history", "--db", str(db), "--workload", "classifier", "--metric", "graph_breaks"]) == 0
     out = capsys.readouterr().out
@@ -310,7 +328,7 @@ def test_cli_records_and_shows_a_trend(tmp_path: Path, capsys: pytest.CaptureFix
     assert main(["history", "--db", str(db), "--metric", "cold_compile_s", "--limit", "1"]) == 0
     out = capsys.readouterr().out
     assert "1 review\n" in out
-    assert "8.951  10.166  +13.6 %" in out
+    assert "10.78  11.374  +5.5 %" in out
 
 
 def test_cli_takes_the_store_path_from_the_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -332,7 +350,7 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path: Path, capsys: pytest.Cap
     raw.execute(f"PRAGMA user_version = {LATEST + 5}")
     raw.close()
     bad_result = tmp_path / "result.json"
-    bad_result.write_text('{"schema_version": 1, "verdict": "maybe"}')
+    bad_result.write_text('{"schema_version": 2, "verdict": "maybe"}')
 
     cases = [
         (["history", "--db", str(junk)], "not a usable history database"),

@@ -85,7 +85,7 @@ def test_bad_matrix_data_is_refused_clearly() -> None:
 def test_the_demo_review_shows_each_findings_entry() -> None:
     review = load_review(DATA / "demo-result.json")
     comment = render_comment(review)
-    assert comment.count("Likely cause:") == comment.count("verify: `") == len(review.findings) == 2
+    assert comment.count("Likely cause:") == comment.count("verify: `") == len(review.findings) == 3
     assert "capture_scalar_outputs = True`. · verify: `TORCH_LOGS=graph_breaks" in comment
 
 
@@ -155,6 +155,6 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
     (run,) = fake_github.check_runs(REPO, HEAD)
     assert run["conclusion"] == "success"  # every failing finding acknowledged by a writer
     review_comment = next(c for c in fake_github.comments(REPO, 2) if c["user"]["type"] == "Bot")
-    assert review_comment["body"].count("Acknowledged by Codertocat") == 2  # the demo's two findings
+    assert review_comment["body"].count("Acknowledged by Codertocat") == 3  # the demo's three findings
     assert "outsider" not in review_comment["body"]
     assert json.loads((DATA / "demo-result.json").read_text())["verdict"] == "fail"  # the file is untouched

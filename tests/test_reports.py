@@ -17,12 +17,14 @@ from perfcheck.report_cli import add_html_parser
 from perfcheck.schema import (
     Finding,
     KernelStat,
+    MetricChange,
     ProbeResult,
     Review,
     Side,
     SourceLocation,
     TimingChange,
     TimingMetrics,
+    TimingProcess,
     TraceMetrics,
     WorkloadReview,
     load_review,
@@ -60,7 +62,7 @@ def test_check_summary_has_one_row_per_workload_and_a_line_per_finding() -> None
     rendered = render_check_summary(review)
     rows = [ln for ln in rendered.splitlines() if ln.startswith("| ") and "workload" not in ln]
     assert len(rows) == len(review.workloads)
-    assert rendered.startswith("## perfcheck ❌ 2 regressions")
+    assert rendered.startswith("## perfcheck ❌ 3 regressions")
     assert "1. **New graph break** in `model.py:17`" in rendered
 
 
@@ -120,7 +122,7 @@ def test_html_is_self_contained() -> None:
 def test_a_project_template_folder_overrides_each_report(tmp_path: Path) -> None:
     for name in ("check-summary.md.j2", "job-summary.md.j2", "report.html.j2"):
         (tmp_path / name).write_text(f"{name}: {{{{ headline }}}} {{{{ review.summary }}}}\n")
-    assert render_check_summary(demo(), tmp_path) == "check-summary.md.j2: 2 regressions 2 regressions\n"
+    assert render_check_summary(demo(), tmp_path) == "check-summary.md.j2: 3 regressions 3 regressions\n"
     assert render_job_summary(demo(), tmp_path).startswith("job-summary.md.j2: ")
     html = render_html(_hostile(demo()), template_dir=tmp_path)
     assert html.startswith("report.html.j2: ") and "&lt;script&gt;" in html and not URL.search(html)
@@ -138,15 +140,25 @@ def test_check_summary_is_capped_at_github_limit() -> None:
 
 
 def _timing(side: Side, workload: str, ms: list[float]) -> ProbeResult:
+    processes = [
+        TimingProcess(
+            step_ms=x,
+            median_step_ms=x,
+            steps=10,
+            first=True,
+            ready_s=1.0,
+            warmup_steps=5,
+            warmup_converged=True,
+        )
+        for x in ms
+    ]
     metrics = TimingMetrics(
         mode="compiled",
         backend="inductor",
         steps_per_round=10,
-        samples_ms=ms,
         batch_size=32,
-        warmup_steps=5,
-        warmup_converged=True,
         memory_kind="peak_rss",
+        processes=processes,
     )
     return ProbeResult(
         probe="timing", workload=workload, side=side, status="ok", duration_s=1, timing=metrics
@@ -166,34 +178,55 @@ def _profile(
     return ProbeResult(probe="profile", workload=workload, side=side, status="ok", duration_s=1, trace=trace)
 
 
+def untimed(review: Review) -> Review:
+    """The demo review without its timing probe: the charts' tests bring their own timings."""
+    workloads = [
+        wl.model_copy(
+            update={
+                "base": [r for r in wl.base if r.probe != "timing"],
+                "head": [r for r in wl.head if r.probe != "timing"],
+                "timing": None,
+            }
+        )
+        for wl in review.workloads
+    ]
+    return review.model_copy(update={"workloads": workloads})
+
+
 def timed_review(name: str) -> Review:
-    change = TimingChange(
-        ratio=1.2,
+    step = MetricChange(
+        metric="step_ms",
+        base=1.1,
+        head=1.3,
+        ratio=1.3 / 1.1,
         ratio_low=1.1,
-        ratio_high=1.3,
+        ratio_high=1.25,
         confidence=0.95,
         p_value=0.001,
-        rounds=12,
+        processes=3,
         budget_pct=2.3,
         verdict="fail",
+        decides=True,
     )
+    change = TimingChange(bound="cpu", metrics=[step], verdict="fail")
     workload = WorkloadReview(
         name=name,
         base=[
-            _timing("base", name, [1.0, 1.2, 1.1]),
+            _timing("base", name, [1.1, 1.1, 1.1]),
             _profile("base", name, {"void k<float>(float*)": 100.0, "gone_kernel": 40.0}, (10, 80, 10)),
         ],
         head=[
-            _timing("head", name, [1.3, 1.4, 1.3]),
+            _timing("head", name, [1.3, 1.3, 1.3]),
             _profile("head", name, {"void k<float>(float*)": 160.0, "new <b>kernel</b>": 20.0}, (25, 60, 15)),
         ],
-        timing_change=change,
+        timing=change,
     )
-    return demo().model_copy(update={"workloads": [*demo().workloads, workload]})
+    plain = untimed(demo())
+    return plain.model_copy(update={"workloads": [*plain.workloads, workload]})
 
 
 def test_mermaid_chart_is_none_without_timing() -> None:
-    assert charts.mermaid_step_chart(demo()) is None
+    assert charts.mermaid_step_chart(untimed(demo())) is None
 
 
 def test_mermaid_chart_plots_base_and_head_medians() -> None:
@@ -202,7 +235,7 @@ def test_mermaid_chart_plots_base_and_head_medians() -> None:
     assert chart.splitlines() == [
         "```mermaid",
         "xychart-beta",
-        '  title "median step time (ms): bars base, line head"',
+        '  title "step time (ms; device time on GPUs): bars base, line head"',
         '  x-axis ["mlp"]',
         '  y-axis "ms" 0 --> 1.43',
         "  bar [1.1]",

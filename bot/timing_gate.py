@@ -1,0 +1,191 @@
+"""The timing verdict of one workload: judged by what bounds its step, over pairs of processes.
+
+Pure: it reads the per-process figures the timing probe recorded and the project's budgets. The
+runner calls ``sequential`` after every pair of worker processes to learn whether it needs more;
+the comparison calls ``decide`` on what was measured; the trust benchmark replays recorded
+processes through the very same functions.
+
+On a GPU the step is *device-bound* when the GPU is busy for nearly all of the wall-clock step,
+and *host-bound* when it waits for the host. Device time per step (CUPTI kernel intervals) is
+stable between processes to a fraction of a percent where the wall clock of a host-bound step
+wanders by tens of percent, so device time always decides the throughput budget; wall-clock step
+time decides too only where the step is device-bound; host issue time and the count of kernels
+per step decide host-side regressions where the step is host-bound. On a CPU the host is the
+device: the wall-clock step decides.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from statistics import median
+
+from perfcheck.bot.stats import budget_verdict, geometric_mean, process_ratio
+from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.schema import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
+
+# The GPU busy for at least this share of the wall-clock step: the host keeps ahead of it, and the
+# step runs at the device's speed.
+DEVICE_BOUND_SHARE = 0.9
+
+METRIC_LABELS: dict[str, str] = {
+    "device_ms": "device time / step",
+    "step_ms": "step time",
+    "host_ms": "host issue / step",
+}
+
+
+def figure(metric: TimingMetric) -> Callable[[TimingProcess], float | None]:
+    if metric == "device_ms":
+        return lambda p: p.device.busy_ms if p.device is not None and p.device.busy_ms > 0 else None
+    if metric == "host_ms":
+        return lambda p: p.host_ms
+    return lambda p: p.step_ms
+
+
+def _change(
+    metric: TimingMetric,
+    base: Sequence[TimingProcess],
+    head: Sequence[TimingProcess],
+    budget_pct: float,
+    confidence: float,
+    decides: bool,
+) -> MetricChange | None:
+    get = figure(metric)
+    pairs = [(get(b), get(h)) for b, h in zip(base, head, strict=False)]
+    if len(pairs) < 2 or any(b is None or h is None for b, h in pairs):
+        return None
+    est = process_ratio([b for b, _ in pairs], [h for _, h in pairs], confidence)  # type: ignore[misc]
+    return MetricChange(
+        metric=metric,
+        base=est.base,
+        head=est.head,
+        ratio=est.ratio,
+        ratio_low=est.ratio_low,
+        ratio_high=est.ratio_high,
+        confidence=est.confidence,
+        p_value=est.p_value,
+        processes=est.n,
+        budget_pct=budget_pct,
+        verdict=budget_verdict(est, budget_pct),
+        decides=decides,
+    )
+
+
+def side_figure(t: TimingMetrics | None, metric: TimingMetric) -> float | None:
+    """One side's figure for ``metric``: the geometric mean over its processes, the estimator the
+    ratio is computed from, so that head / base of two figures is the ratio shown beside them."""
+    get = figure(metric)
+    values = [get(p) for p in t.processes] if t else []
+    if not values or any(v is None for v in values):
+        return None
+    return geometric_mean(values)  # type: ignore[arg-type]
+
+
+def peak_memory(t: TimingMetrics | None) -> float | None:
+    """One side's peak memory: the median over its processes."""
+    peaks = [p.peak_memory_mb for p in t.processes if p.peak_memory_mb is not None] if t else []
+    return median(peaks) if peaks else None
+
+
+def gpu_busy_share(processes: Sequence[TimingProcess]) -> float | None:
+    """Device time as a share of the wall-clock step, the median over one side's processes."""
+    shares = [p.device.busy_ms / p.step_ms for p in processes if p.device is not None]
+    return median(shares) if shares and len(shares) == len(processes) else None
+
+
+def kernels_per_step(processes: Sequence[TimingProcess]) -> tuple[float | None, bool]:
+    """The median count over one side's processes, and whether every process counted the same."""
+    counts = [p.device.kernels for p in processes if p.device is not None]
+    if not counts or len(counts) != len(processes):
+        return None, False
+    return median(counts), len(set(counts)) == 1
+
+
+def decide(
+    base: Sequence[TimingProcess],
+    head: Sequence[TimingProcess],
+    budgets: BudgetsConfig,
+    timing: TimingConfig,
+) -> TimingChange:
+    n = min(len(base), len(head))
+    base, head = base[:n], head[:n]
+    throughput = budgets.max_throughput_regression_pct
+    shares = [gpu_busy_share(base), gpu_busy_share(head)]
+    if n and all(s is not None for s in shares):
+        busy = min(s for s in shares if s is not None)
+        bound = "device" if busy >= DEVICE_BOUND_SHARE else "host"
+        candidates = [
+            _change("device_ms", base, head, throughput, timing.confidence, True),
+            _change("step_ms", base, head, throughput, timing.confidence, bound == "device"),
+            _change(
+                "host_ms",
+                base,
+                head,
+                budgets.max_host_overhead_regression_pct,
+                timing.confidence,
+                bound == "host",
+            ),
+        ]
+        (kb, base_exact), (kh, head_exact) = kernels_per_step(base), kernels_per_step(head)
+        kernels = [kb, kh] if kb is not None and kh is not None else None
+        exact = base_exact and head_exact
+        busy_pct: float | None = round(busy * 100, 1)
+    else:
+        bound, busy_pct, kernels, exact = "cpu", None, None, False
+        candidates = [_change("step_ms", base, head, throughput, timing.confidence, True)]
+    metrics = [m for m in candidates if m is not None]
+    deciding = [m.verdict for m in metrics if m.decides]
+    more_kernels = bool(kernels and exact and kernels[1] > kernels[0])
+    if "fail" in deciding or (bound == "host" and more_kernels):
+        verdict = "fail"
+    elif "inconclusive" in deciding or not deciding:
+        verdict = "inconclusive"
+    else:
+        verdict = "pass"
+    return TimingChange(
+        bound=bound,  # type: ignore[arg-type]
+        gpu_busy_pct=busy_pct,
+        metrics=metrics,
+        kernels=kernels,  # type: ignore[arg-type]
+        kernels_exact=exact,
+        verdict=verdict,  # type: ignore[arg-type]
+    )
+
+
+def sequential(
+    base: Sequence[TimingProcess],
+    head: Sequence[TimingProcess],
+    budgets: BudgetsConfig,
+    timing: TimingConfig,
+) -> TimingChange | None:
+    """The verdict once it is reached, looking after ``processes`` pairs and every
+    ``extra_processes`` more; None while more pairs are wanted and not yet measured."""
+    n = min(len(base), len(head))
+    if n < timing.processes:
+        return None
+    last = n >= timing.max_processes
+    if not last and (n - timing.processes) % timing.extra_processes:
+        return None  # between two looks
+    change = decide(base, head, budgets, timing)
+    return change if change.verdict != "inconclusive" or last else None
+
+
+def metric(change: TimingChange, name: str) -> MetricChange | None:
+    return next((m for m in change.metrics if m.metric == name), None)
+
+
+def headline_metric(change: TimingChange) -> MetricChange | None:
+    """The throughput figure a reader looks at first: device time on a GPU, else the wall clock."""
+    return metric(change, "device_ms") or metric(change, "step_ms")
+
+
+def throughput_figures(
+    base: TimingMetrics | None, head: TimingMetrics | None
+) -> tuple[TimingMetric, float, float] | None:
+    """(metric, base, head) of the headline figure of two timed sides: device time where both have
+    it, else the wall-clock step."""
+    for name in ("device_ms", "step_ms"):
+        b, h = side_figure(base, name), side_figure(head, name)  # type: ignore[arg-type]
+        if b is not None and h is not None:
+            return name, b, h  # type: ignore[return-value]
+    return None

@@ -1,0 +1,189 @@
+"""The timing gate's rule on per-process figures: which metric decides, by what bounds the step."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+from perfcheck.bot.timing_gate import decide, headline_metric, metric, sequential
+from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.schema import DeviceStep, TimingChange, TimingProcess
+
+SIDES = ("base", "head")
+
+BUDGETS = BudgetsConfig()
+TIMING = TimingConfig()
+
+
+def proc(
+    step: float,
+    device: float | None = None,
+    host: float | None = None,
+    kernels: float = 256,
+    first: bool = True,
+) -> TimingProcess:
+    dev = None
+    if device is not None:
+        dev = DeviceStep(steps=10, busy_ms=device, kernel_ms=device, kernels=kernels, profiled_step_ms=step)
+    return TimingProcess(
+        step_ms=step,
+        median_step_ms=step,
+        steps=100,
+        host_ms=host,
+        device=dev,
+        first=first,
+        ready_s=3.0,
+        warmup_steps=20,
+        warmup_converged=True,
+    )
+
+
+def side(
+    n: int,
+    step: float,
+    device: float | None,
+    host: float | None,
+    noise: Sequence[float],
+    kernels: float = 256,
+) -> list[TimingProcess]:
+    rng = random.Random(sum(noise) + step)
+    wall, dev, hst = noise
+    return [
+        proc(
+            step * math.exp(rng.gauss(0, wall)),
+            device * math.exp(rng.gauss(0, dev)) if device is not None else None,
+            host * math.exp(rng.gauss(0, hst)) if host is not None else None,
+            kernels,
+            first=i % 2 == 0,
+        )
+        for i in range(n)
+    ]
+
+
+def test_a_device_bound_step_is_judged_on_device_time_and_the_wall_clock() -> None:
+    base = side(3, 30.0, 29.5, 10.0, (0.001, 0.001, 0.05))
+    head = side(3, 33.0, 32.5, 10.0, (0.001, 0.001, 0.05))
+    change = decide(base, head, BUDGETS, TIMING)
+    assert change.bound == "device" and change.gpu_busy_pct is not None and change.gpu_busy_pct > 90
+    assert change.verdict == "fail"
+    assert [m.metric for m in change.metrics if m.decides] == ["device_ms", "step_ms"]
+    device = headline_metric(change)
+    assert device is not None and device.metric == "device_ms" and 1.09 < device.ratio < 1.11
+
+
+def test_a_host_bound_step_ignores_its_wandering_wall_clock_and_trusts_device_time() -> None:
+    # The issue's case: the wall clock of each process carries a +-25 % bias; device time +31 %.
+    base = side(4, 7.5, 5.03, 7.0, (0.25, 0.001, 0.03))
+    head = side(4, 7.6, 6.57, 7.0, (0.25, 0.001, 0.03), kernels=256)
+    change = decide(base, head, BUDGETS, TIMING)
+    assert change.bound == "host"
+    step = metric(change, "step_ms")
+    assert step is not None and not step.decides
+    device = metric(change, "device_ms")
+    assert device is not None and device.decides and device.verdict == "fail"
+    assert 1.30 < device.ratio < 1.32 and device.ratio_high - device.ratio_low < 0.02
+    assert change.verdict == "fail"
+
+
+def test_identical_host_bound_trees_pass_on_device_time() -> None:
+    base = side(3, 7.5, 5.03, 7.0, (0.25, 0.001, 0.02))
+    head = side(3, 7.5, 5.03, 7.0, (0.25, 0.001, 0.02))
+    change = decide(list(reversed(base)), head, BUDGETS, TIMING)
+    assert change.verdict == "pass"
+
+
+def test_more_kernels_on_a_host_bound_step_fail_exactly() -> None:
+    base = side(3, 7.5, 5.0, 7.0, (0.001, 0.001, 0.001), kernels=256)
+    head = side(3, 7.5, 5.0, 7.0, (0.001, 0.001, 0.001), kernels=295)
+    change = decide(base, head, BUDGETS, TIMING)
+    assert change.kernels == [256, 295] and change.kernels_exact
+    assert change.verdict == "fail"
+    # On a device-bound step the same launches cost no time: device time decides alone.
+    base = side(3, 30.0, 29.8, 7.0, (0.001, 0.001, 0.001), kernels=256)
+    head = side(3, 30.0, 29.8, 7.0, (0.001, 0.001, 0.001), kernels=295)
+    assert decide(base, head, BUDGETS, TIMING).verdict == "pass"
+
+
+def test_on_a_cpu_the_wall_clock_decides() -> None:
+    base = side(3, 0.45, None, None, (0.005, 0, 0))
+    head = side(3, 0.90, None, None, (0.005, 0, 0))
+    change = decide(base, head, BUDGETS, TIMING)
+    assert change.bound == "cpu" and [m.metric for m in change.metrics] == ["step_ms"]
+    assert change.verdict == "fail"
+
+
+def test_sequential_looks_after_the_first_pairs_and_then_every_extra_ones() -> None:
+    noisy = TimingConfig(processes=3, extra_processes=2, max_processes=7)
+    rng = random.Random(4)
+    base = [proc(10 * math.exp(rng.gauss(0, 0.04))) for _ in range(7)]
+    head = [proc(10 * math.exp(rng.gauss(0, 0.04))) for _ in range(7)]
+    assert sequential(base[:2], head[:2], BUDGETS, noisy) is None
+    looks = [n for n in range(3, 8) if sequential(base[:n], head[:n], BUDGETS, noisy) is not None]
+    assert looks, "the last pair always decides"
+    assert all(n in (3, 5, 7) for n in looks)
+    clear = [proc(10.0 + 0.01 * i) for i in range(3)]
+    decided = sequential(clear, [proc(20.0 + 0.01 * i) for i in range(3)], BUDGETS, noisy)
+    assert decided is not None and decided.verdict == "fail"
+
+
+# ---------------------------------------------------------------- recorded H200 processes
+
+RECORDS = Path(__file__).resolve().parent.parent / "docs" / "data" / "h200" / "processes"
+
+
+def recorded(name: str, model: str, condition: int) -> tuple[list[TimingProcess], list[TimingProcess]]:
+    """Per-process figures the trust benchmark recorded on the H200 (docs/benchmarks.md says how)."""
+    run = next(r for r in json.loads((RECORDS / name).read_text()) if r["model"] == model)
+    sides = [
+        [TimingProcess.model_validate(p["conditions"][condition][s]) for p in run["pairs"]] for s in SIDES
+    ]
+    return sides[0], sides[1]
+
+
+def replay(base: list[TimingProcess], head: list[TimingProcess]) -> list[TimingChange]:
+    """Consecutive pairs, as many as the rule asks for, one trial after another."""
+    out, i = [], 0
+    while i < len(base):
+        for n in range(1, len(base) - i + 1):
+            decided = sequential(base[i : i + n], head[i : i + n], BUDGETS, TIMING)
+            if decided is not None:
+                out.append(decided)
+                i += n
+                break
+        else:
+            break
+    return out
+
+
+def test_recorded_identical_llama_processes_pass_on_device_time_although_their_wall_clock_wanders() -> None:
+    base, head = recorded("llama-vit-b.json", "llama", 0)
+    walls = [p.step_ms for p in base + head]
+    assert max(walls) / min(walls) > 1.3  # the wall clock of a host-bound step, process to process
+    trials = replay(base, head)
+    assert [t.verdict for t in trials] == ["pass"] * len(trials) and len(trials) >= 3
+    for t in trials:
+        assert t.bound == "host"
+        device = metric(t, "device_ms")
+        assert device is not None and device.decides and abs(device.ratio - 1) < 0.005
+
+
+def test_recorded_planted_device_slowdowns_of_1_and_2_percent_are_seen_in_device_time() -> None:
+    for condition, planted in ((1, 1.0), (2, 2.0)):
+        base, head = recorded("llama-vit-b.json", "llama", condition)
+        for t in replay(base, head):
+            device = metric(t, "device_ms")
+            assert device is not None
+            # significant, and within a few tenths of a percent of what was planted
+            assert device.p_value < TIMING.alpha and abs(device.change_pct - planted) < 0.4
+
+
+def test_recorded_attention_switch_fails_on_device_time_with_more_kernels() -> None:
+    base, head = recorded("llama-switch-a.json", "llama", 0)
+    trials = replay(base, head)
+    assert trials and all(t.verdict == "fail" for t in trials)
+    device = metric(trials[0], "device_ms")
+    assert device is not None and 15 < device.change_pct < 20 and device.low_pct > 15
+    assert trials[0].kernels == [241, 280] and trials[0].kernels_exact
