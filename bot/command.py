@@ -7,6 +7,7 @@ Torch-free, and no shell ever sees the text: it is split with shlex and matched 
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -16,8 +17,10 @@ from perfcheck.schema import CATEGORIES
 PREFIX = "/perfcheck"
 
 USAGE = f"""\
-`{PREFIX}` or `{PREFIX} run [--workloads a,b] [--probes {",".join(PROBE_NAMES)}] [--device cpu|cuda]`
-: review this PR's head commit now (from a fork: approves probing this commit on self-hosted runners)
+`{PREFIX}` or `{PREFIX} run [--workloads a,b] [--probes {",".join(PROBE_NAMES)}] [--device cpu|cuda]`\
+ `[--sha SHA]`
+: review this PR's head commit now; from a fork, approves probing it on self-hosted runners: the
+head as it was when you commented, or exactly `--sha`
 `{PREFIX} ack CATEGORY [WORKLOAD] -- REASON`
 : accept a known change (e.g. `export_ir_changed mlp -- new fused op`), recorded with who, when and the commit
 `{PREFIX} help`
@@ -34,6 +37,7 @@ class Command:
     workloads: tuple[str, ...] = ()
     probes: tuple[str, ...] = ()
     device: str | None = None
+    sha: str | None = None  # run: the head commit the writer approves, 7 to 40 hex digits
     category: str | None = None
     workload: str | None = None
     reason: str | None = None
@@ -56,14 +60,31 @@ def _run_parser() -> _Parser:
     parser.add_argument("--workloads", type=_csv, default=())
     parser.add_argument("--probes", type=_csv, default=())
     parser.add_argument("--device", choices=("cpu", "cuda"))
+    parser.add_argument("--sha", type=_sha)
     return parser
+
+
+def _sha(value: str) -> str:
+    if not re.fullmatch(r"[0-9a-fA-F]{7,40}", value):
+        raise argparse.ArgumentTypeError("a commit SHA of 7 to 40 hex digits")
+    return value
+
+
+def _first_line(body: str) -> str:
+    return body.strip().splitlines()[0].strip() if body.strip() else ""
+
+
+def is_command(body: str) -> bool:
+    """Whether the comment is meant as a command (its first line starts with /perfcheck)."""
+    first = _first_line(body)
+    return first == PREFIX or first.startswith(PREFIX + " ")
 
 
 def parse_command(body: str) -> Command | None:
     """The command on the comment's first line; None when the comment is not a command at all."""
-    first = body.strip().splitlines()[0].strip() if body.strip() else ""
-    if first != PREFIX and not first.startswith(PREFIX + " "):
+    if not is_command(body):
         return None
+    first = _first_line(body)
     try:
         words = shlex.split(first[len(PREFIX) :])
     except ValueError as err:
@@ -79,7 +100,9 @@ def parse_command(body: str) -> Command | None:
         unknown = [p for p in args.probes if p not in PROBE_NAMES]
         if unknown:
             raise CommandError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBE_NAMES)}")
-        return Command(verb="run", workloads=args.workloads, probes=args.probes, device=args.device)
+        return Command(
+            verb="run", workloads=args.workloads, probes=args.probes, device=args.device, sha=args.sha
+        )
     if verb == "ack":
         if "--" not in rest:
             raise CommandError(

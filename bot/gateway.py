@@ -47,6 +47,8 @@ class CheckRunRef:
     id: int
     status: str
     external_id: str | None
+    started_at: str | None = None  # ISO 8601, as GitHub stamped it
+    title: str | None = None
 
 
 class GitHubPort(Protocol):
@@ -190,7 +192,11 @@ class GitHubGateway:
         def fetch() -> CheckRunRef | None:
             runs = list(self.repo.get_commit(sha).get_check_runs(check_name=name))
             latest = max(runs, key=lambda r: r.id, default=None)
-            return CheckRunRef(latest.id, latest.status, latest.external_id) if latest else None
+            if latest is None:
+                return None
+            started = latest.started_at.isoformat() if latest.started_at else None
+            title = latest.output.title if latest.output is not None else None
+            return CheckRunRef(latest.id, latest.status, latest.external_id, started, title)
 
         return self._call(f"find check run {name!r} on {sha[:7]}", fetch)
 

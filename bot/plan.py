@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from functools import cache
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from perfcheck.bot.command import USAGE, Command, CommandError, parse_command
+from perfcheck.bot import markdown
+from perfcheck.bot.command import USAGE, Command, CommandError, is_command, parse_command
 from perfcheck.bot.events import (
     CheckRunEvent,
     IssueCommentEvent,
@@ -77,6 +79,9 @@ class Context:
     files_complete: bool = True  # False when the PR has more files than the API lists
     commenter_permission: str | None = None  # from the collaborator-permission endpoint
     pull: PullRequest | None = None  # the PR as the API shows it now (comments carry no SHAs)
+    # A fork's head: when perfcheck's own "waiting for approval" check on it started (GitHub's
+    # clock), which says whether that commit existed before a command was posted.
+    head_waiting_since: str | None = None
 
     @property
     def required_permission(self) -> str:
@@ -203,6 +208,11 @@ def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
         return Plan(
             run=False, reason="the pull request was not looked up, so there is no commit to pin", **common
         )
+    if pull.state != "open":
+        return Plan(run=False, reason="the pull request is not open", reply=CLOSED_REPLY, **common)
+    refused = _unseen_head(pull, cmd, ev.comment.created_at, ctx.head_waiting_since)
+    if refused is not None:
+        return Plan(run=False, reason=refused[0], reply=refused[1], **{**common, "reaction": "confused"})
     return Plan(
         run=True,
         reason=f"/perfcheck by {who}, pinned to {pull.head.sha[:7]}",
@@ -212,6 +222,53 @@ def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
         probes=list(cmd.probes),
         device=cmd.device,
         **common,
+    )
+
+
+# A malformed command's error, quoted back to a writer: at most this much of it.
+MAX_ECHO = 500
+CLOSED_REPLY = "This pull request is closed, so there is nothing to review; reopen it first."
+
+
+def _instant(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def _unseen_head(
+    pull: PullRequest, cmd: Command, posted_at: str | None, waiting_since: str | None
+) -> tuple[str, str] | None:
+    """Why a fork's current head cannot be approved by this command, or None when it can.
+
+    A writer approves the commit they saw. That is the one named with ``--sha``, or, for a bare
+    `/perfcheck`, the head if it existed before the comment was posted: perfcheck's own waiting
+    check on it started earlier, by GitHub's clock. A commit pushed after the comment (or one
+    perfcheck has not seen yet) is never approved by it.
+    """
+    head = pull.head.sha
+    if cmd.sha is not None:
+        if head.startswith(cmd.sha.lower()):
+            return None
+        return (
+            f"--sha {cmd.sha} is not the head ({head[:7]})",
+            f"`--sha {cmd.sha}` is not this pull request's head commit, which is now `{head[:7]}`. "
+            f"Nothing was approved; to approve the head, comment `/perfcheck run --sha {head[:7]}`.",
+        )
+    if not pull.from_fork:
+        return None
+    posted, since = _instant(posted_at), _instant(waiting_since)
+    if posted is not None and since is not None and since < posted:
+        return None
+    return (
+        f"the fork's head {head[:7]} was not there before the command was posted",
+        f"This pull request's head is now `{head[:7]}`, which perfcheck had not seen before your "
+        "comment (it was pushed since, or is still being planned). Nothing was approved: to approve "
+        f"this commit, comment `/perfcheck run --sha {head[:7]}`.",
     )
 
 
@@ -225,18 +282,26 @@ def plan_issue_comment(ev: IssueCommentEvent, ctx: Context) -> Plan:
         return _skip("issue_comment", ev.action, repo, "a comment on an issue, not a pull request")
     if ev.comment.user.is_bot:
         return _skip("issue_comment", ev.action, repo, "comments by bots are not commands")
+    if not is_command(ev.comment.body):
+        return _skip("issue_comment", ev.action, repo, "not a /perfcheck command")
+    # Permission first: someone who may not run commands gets a reaction and nothing that repeats
+    # their text, however the command is written.
+    if not has_permission(ctx.commenter_permission, ctx.required_permission):
+        return _skip(
+            "issue_comment",
+            ev.action,
+            repo,
+            f"{ev.comment.user.login} has {ctx.commenter_permission or 'no known'} permission; "
+            f"commands need {ctx.required_permission}",
+            pr_number=ev.issue.number,
+            comment_id=ev.comment.id,
+            reaction="confused",
+        )
     try:
         cmd = parse_command(ev.comment.body)
     except CommandError as err:
-        return _refuse(ev, f"malformed command: {err}", f"{err}\n\n{USAGE}")
-    if cmd is None:
-        return _skip("issue_comment", ev.action, repo, "not a /perfcheck command")
-    if cmd.verb != "help" and not has_permission(ctx.commenter_permission, ctx.required_permission):
-        return _refuse(
-            ev,
-            f"{ev.comment.user.login} has {ctx.commenter_permission or 'no known'} permission",
-            f"`/perfcheck {cmd.verb}` needs {ctx.required_permission} permission on this repository.",
-        )
+        return _refuse(ev, "malformed command", f"{markdown.block(str(err)[:MAX_ECHO])}\n\n{USAGE}")
+    assert cmd is not None
     return _accepted(ev, cmd, ctx)
 
 

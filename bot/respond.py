@@ -10,12 +10,14 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from perfcheck.bot.command import CommandError, parse_command
+from perfcheck.bot.command import CommandError, is_command, parse_command
 from perfcheck.bot.events import IssueCommentEvent, PullRequestEvent, parse_event
 from perfcheck.bot.gateway import GitHubPort
-from perfcheck.bot.plan import PR_ACTIONS, Context, Plan
+from perfcheck.bot.plan import PR_ACTIONS, Context, Plan, has_permission
 from perfcheck.bot.publish import Target, mark_check
 from perfcheck.config import Config
+
+WAITING_TITLE = "Waiting for approval"
 
 
 def lookup_context(event_name: str, payload: Any, config: Config, port: GitHubPort) -> Context:
@@ -24,17 +26,26 @@ def lookup_context(event_name: str, payload: Any, config: Config, port: GitHubPo
         files, complete = port.changed_files(ev.pull_request.number)
         return Context(config=config, changed_files=files, files_complete=complete)
     if isinstance(ev, IssueCommentEvent) and ev.action == "created" and ev.issue.pull_request is not None:
+        if not is_command(ev.comment.body) or ev.comment.user.is_bot:
+            return Context(config=config)
+        permission = port.permission(ev.comment.user.login)
         try:
             command = parse_command(ev.comment.body)
         except CommandError:
-            return Context(config=config)  # refused with the usage; nothing to look up
-        if command is None or ev.comment.user.is_bot:
-            return Context(config=config)
-        return Context(
-            config=config,
-            commenter_permission=port.permission(ev.comment.user.login),
-            pull=port.pull(ev.issue.number),
-        )
+            command = None  # refused with the usage; nothing more to look up
+        if (
+            command is None
+            or command.verb == "help"
+            or not has_permission(permission, config.github.command_permission)
+        ):
+            return Context(config=config, commenter_permission=permission)
+        pull = port.pull(ev.issue.number)
+        waiting = None
+        if pull.from_fork:
+            check = port.find_check_run(pull.head.sha, config.github.check_name)
+            if check is not None and check.status == "queued" and check.title == WAITING_TITLE:
+                waiting = check.started_at
+        return Context(config=config, commenter_permission=permission, pull=pull, head_waiting_since=waiting)
     return Context(config=config)
 
 
@@ -64,7 +75,7 @@ def respond(
                 target,
                 config.github,
                 "queued",
-                "Waiting for approval",
+                WAITING_TITLE,
                 "This pull request comes from a fork, so its code does not run on the self-hosted "
                 "runners until someone with write permission comments `/perfcheck`. That approves "
                 f"this commit ({decided.head_sha[:7]}) only; a later push needs a new `/perfcheck`.",

@@ -220,7 +220,7 @@ def _command(github: FakeGitHub, body: str, login: str, number: int) -> dict[str
     posted = github.add_comment(REPO, number, body, user=login)
     ev["issue"]["number"] = number
     ev["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{number}"}
-    ev["comment"].update(id=posted["id"], body=body)
+    ev["comment"].update(id=posted["id"], body=body, created_at=posted["created_at"])
     ev["comment"]["user"]["login"] = login
     return ev
 
@@ -249,6 +249,7 @@ def test_a_fork_waits_refuses_an_outsider_and_runs_for_a_writer(github: FakeGitH
     assert done.returncode == 0 and out["run"] == "false"
     assert [r["content"] for r in github.reactions(REPO, outsider["comment"]["id"])] == ["confused"]
 
+    github.backdate(10)  # the writer reads the PR before approving it
     writer = _command(github, "/perfcheck", "Codertocat", 9)
     done, out = runner.step(with_, ws, "issue_comment", writer)
     assert done.returncode == 0, done.stderr

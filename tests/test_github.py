@@ -47,7 +47,7 @@ def command_event(
     posted = github.add_comment(REPO, number, body, user=login, user_type=user_type)
     ev["issue"]["number"] = number
     ev["issue"]["pull_request"] = {"url": f"https://api.github.com/repos/{REPO}/pulls/{number}"}
-    ev["comment"].update(id=posted["id"], body=body)
+    ev["comment"].update(id=posted["id"], body=body, created_at=posted["created_at"])
     ev["comment"]["user"].update(login=login, type=user_type)
     return ev
 
@@ -274,9 +274,33 @@ def test_an_outsiders_command_is_refused_through_the_api(github: FakeGitHub, por
     decided = _plan_and_respond(port, "issue_comment", ev, Config())
     assert not decided.run
     assert [r["content"] for r in github.reactions(REPO, ev["comment"]["id"])] == ["confused"]
-    _, reply = github.comments(REPO, 2)
-    assert "needs write permission" in reply["body"] and reply["user"]["type"] == "Bot"
+    assert len(github.comments(REPO, 2)) == 1  # a reaction, and no reply to an outsider
     assert github.check_runs(REPO, HEAD) == []
+
+
+@pytest.mark.parametrize(
+    "body", ["/perfcheck [Re-run](https://evil.example)", "/perfcheck @org/team", "/perfcheck help"]
+)
+def test_the_bot_repeats_nothing_an_outsider_wrote(
+    github: FakeGitHub, port: GitHubGateway, body: str
+) -> None:
+    ev = command_event(github, body, login="outsider")
+    _plan_and_respond(port, "issue_comment", ev, Config())
+    assert len(github.comments(REPO, 2)) == 1
+    assert [r["content"] for r in github.reactions(REPO, ev["comment"]["id"])] == ["confused"]
+
+
+def test_a_writers_malformed_command_is_quoted_back_as_inert_code(
+    github: FakeGitHub, port: GitHubGateway
+) -> None:
+    ev = command_event(github, "/perfcheck [Re-run](https://evil.example) @org/team")
+    _plan_and_respond(port, "issue_comment", ev, Config())
+    reply = github.comments(REPO, 2)[-1]["body"]
+    echoed = reply.split("```")
+    # what is repeated of the writer's text is inside the one fenced block, nowhere else
+    assert "evil.example" in echoed[1]
+    outside = echoed[0] + "".join(echoed[2:])
+    assert "evil.example" not in outside and "@org" not in outside
 
 
 def test_a_malformed_command_gets_the_usage(github: FakeGitHub, port: GitHubGateway) -> None:
@@ -293,27 +317,80 @@ def test_a_bots_command_is_ignored(github: FakeGitHub, port: GitHubGateway) -> N
     assert [r for r in github.requests if r.method != "GET"] == []
 
 
-def test_fork_pr_waits_for_approval_then_a_writer_approves_that_commit(
-    github: FakeGitHub, port: GitHubGateway
-) -> None:
-    fork_head = "c" * 40
+FORK_HEAD = "c" * 40
+
+
+def _fork_pr_waiting(github: FakeGitHub, port: GitHubGateway) -> None:
+    """Pull request #7 from a fork at FORK_HEAD, planned on its `pull_request` event: waiting."""
     github.add_pull(
-        REPO, 7, head_sha=fork_head, base_sha=BASE, head_repo="mallory/Hello-World", files=["x.py"]
+        REPO, 7, head_sha=FORK_HEAD, base_sha=BASE, head_repo="mallory/Hello-World", files=["x.py"]
     )
     ev = example("pull_request", 0)
     ev["number"] = ev["pull_request"]["number"] = 7
-    ev["pull_request"]["head"]["sha"] = fork_head
+    ev["pull_request"]["head"]["sha"] = FORK_HEAD
     ev["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
     decided = _plan_and_respond(port, "pull_request", ev, Config())
     assert not decided.run and decided.awaiting_approval
-    (waiting,) = github.check_runs(REPO, fork_head)
+    (waiting,) = github.check_runs(REPO, FORK_HEAD)
     assert waiting["status"] == "queued" and waiting["output"]["title"] == "Waiting for approval"
+    github.backdate(10)  # the writer reads the PR, then comments
 
+
+def test_fork_pr_waits_for_approval_then_a_writer_approves_that_commit(
+    github: FakeGitHub, port: GitHubGateway
+) -> None:
+    _fork_pr_waiting(github, port)
     approve = command_event(github, "/perfcheck", number=7)
     decided = _plan_and_respond(port, "issue_comment", approve, Config())
-    assert decided.run and decided.head_sha == fork_head
-    (queued,) = github.check_runs(REPO, fork_head)  # the same check, now approved, not a second one
+    assert decided.run and decided.head_sha == FORK_HEAD
+    (queued,) = github.check_runs(REPO, FORK_HEAD)  # the same check, now approved, not a second one
     assert queued["output"]["title"] == "Queued"
+
+
+def test_a_push_after_the_writers_comment_is_not_approved_by_it(
+    github: FakeGitHub, port: GitHubGateway
+) -> None:
+    # The attack: a writer approves commit C; before the plan job runs, the fork pushes D.
+    _fork_pr_waiting(github, port)
+    approve = command_event(github, "/perfcheck", number=7)
+    github.backdate(10)
+    evil = "d" * 40
+    github.push(REPO, 7, evil)
+    push = example("pull_request", 0)
+    push["action"] = "synchronize"
+    push["number"] = push["pull_request"]["number"] = 7
+    push["pull_request"]["head"]["sha"] = evil
+    push["pull_request"]["head"]["repo"]["full_name"] = "mallory/Hello-World"
+    _plan_and_respond(port, "pull_request", push, Config())  # D waits, stamped after the comment
+    decided = _plan_and_respond(port, "issue_comment", approve, Config())
+    assert not decided.run and decided.head_sha is None
+    (waiting,) = github.check_runs(REPO, evil)
+    assert waiting["output"]["title"] == "Waiting for approval"  # still waiting: nothing approved D
+    reply = github.comments(REPO, 7)[-1]["body"]
+    assert "Nothing was approved" in reply and f"/perfcheck run --sha {evil[:7]}" in reply
+    # Naming the commit approves exactly it; naming another one approves nothing.
+    stale = command_event(github, f"/perfcheck run --sha {FORK_HEAD[:7]}", number=7)
+    assert not _plan_and_respond(port, "issue_comment", stale, Config()).run
+    named = command_event(github, f"/perfcheck run --sha {evil[:7]}", number=7)
+    decided = _plan_and_respond(port, "issue_comment", named, Config())
+    assert decided.run and decided.head_sha == evil
+
+
+def test_a_command_on_a_head_perfcheck_never_saw_is_refused(github: FakeGitHub, port: GitHubGateway) -> None:
+    # No `pull_request` event was planned for this head (a push whose workflow has not run yet).
+    github.add_pull(REPO, 9, head_sha=FORK_HEAD, base_sha=BASE, head_repo="mallory/x", files=["x.py"])
+    decided = _plan_and_respond(
+        port, "issue_comment", command_event(github, "/perfcheck", number=9), Config()
+    )
+    assert not decided.run and github.check_runs(REPO, FORK_HEAD) == []
+
+
+def test_a_command_on_a_closed_pull_request_runs_nothing(github: FakeGitHub, port: GitHubGateway) -> None:
+    github.add_pull(REPO, 11, head_sha="e" * 40, base_sha=BASE, files=["x.py"], state="closed")
+    decided = _plan_and_respond(
+        port, "issue_comment", command_event(github, "/perfcheck", number=11), Config()
+    )
+    assert not decided.run and "closed" in github.comments(REPO, 11)[-1]["body"]
 
 
 # -- the command line, end to end -----------------------------------------------------------------

@@ -9,6 +9,7 @@ import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from traceback import format_exc
@@ -23,7 +24,7 @@ from .exchange import Call, Problem, Reply, not_found
 from .faults import Fault, fault_reply, make_fault
 from .shapes import Shapes
 from .spec import Match, Spec, load
-from .state import App, Installation, State, Token
+from .state import App, Installation, Pull, State, Token
 
 ROUTES: dict[str, Callable[[Call], Reply]] = {
     **repo_routes.ROUTES,
@@ -241,6 +242,28 @@ class FakeGitHub:
     def add_commit(self, repo: str, sha: str, message: str = "Commit") -> None:
         """A commit check runs may point at (the head and base of every seeded pull are known already)."""
         self.state.add_commit(repo, sha, message)
+
+    def push(self, repo: str, number: int, sha: str) -> None:
+        """A new head commit on pull request `number` (what a push to its branch does)."""
+        with self.state.lock:
+            pull = self.state.issue(repo, number)
+            if not isinstance(pull, Pull):
+                raise KeyError(f"no pull request #{number} in {repo}: seed it first")
+            pull.head_sha = sha
+            self.state.add_commit(repo, sha, f"Commit {sha[:7]}")
+
+    def backdate(self, seconds: float) -> None:
+        """Move every timestamp already given out `seconds` into the past, so that what happens
+        next is later by GitHub's (one-second) clock."""
+        delta = timedelta(seconds=seconds)
+        with self.state.lock:
+            for comment in self.state.comments.values():
+                comment.created_at -= delta
+                comment.updated_at -= delta
+            for run in self.state.check_runs.values():
+                run.started_at -= delta
+                if run.completed_at is not None:
+                    run.completed_at -= delta
 
     def set_permission(self, repo: str, login: str, permission: str) -> None:
         self.state.set_permission(repo, login, permission)
