@@ -3,7 +3,9 @@
 It checks ``X-Hub-Signature-256`` in constant time before reading anything else, drops a delivery
 id it has already accepted, and answers at once (GitHub gives a webhook 10 seconds): the work of
 looking things up, deciding and answering on GitHub happens on a background thread. Standard
-library only, so ``wsgiref`` serves it and any WSGI server can host it.
+library only, so any WSGI server can host it; ``perfcheck serve`` runs it under waitress
+(``bot/server.py``). A delivery is dropped when its id or its signed body was accepted before: a
+replayed body under a new id is still the same delivery.
 """
 
 from __future__ import annotations
@@ -133,11 +135,12 @@ class WebhookApp:
             return answer("202 Accepted", f"event {event!r} is not handled; ignored")
         try:
             payload = json.loads(body)
-        except ValueError:
-            return answer("400 Bad Request", "payload is not JSON")
+        except (ValueError, RecursionError):
+            return answer("400 Bad Request", "payload is not JSON (or nested too deep)")
         if not isinstance(payload, dict):
             return answer("400 Bad Request", "payload is not a JSON object")
-        if not self._seen.first_time(delivery_id):
+        body_key = "sha256:" + hashlib.sha256(body).hexdigest()
+        if not self._seen.first_time(delivery_id) or not self._seen.first_time(body_key):
             return answer("200 OK", f"delivery {delivery_id} was already received; ignored")
         self._worker.submit(Delivery(delivery_id, event, payload))
         return answer("202 Accepted", f"delivery {delivery_id} queued")

@@ -336,9 +336,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from wsgiref.simple_server import make_server
-
     from perfcheck.bot.app import AppSettings, SettingsError, handle_delivery, installation_port
+    from perfcheck.bot.server import make_server
     from perfcheck.bot.webhook import WebhookApp, Worker
     from perfcheck.config import ConfigError, load_config
 
@@ -354,11 +353,19 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
     worker = Worker(lambda d: handle_delivery(d, config, port_for)).start()  # type: ignore[arg-type]
     app = WebhookApp(settings.webhook_secret, worker)
-    with make_server(args.host, args.port, app) as server:
-        print(f"perfcheck serve: listening on http://{args.host}:{server.server_port}/", file=sys.stderr)
+    try:
+        server = make_server(app, args.host, args.port)
+    except OSError as err:
+        print(f"perfcheck serve: cannot listen on {args.host}:{args.port}: {err.strerror}", file=sys.stderr)
+        worker.stop()
+        return EXIT_BAD_INPUT
+    print(f"perfcheck serve: listening on http://{args.host}:{server.effective_port}/", file=sys.stderr)
+    try:
         with contextlib.suppress(KeyboardInterrupt):
-            server.serve_forever()
-    worker.stop()
+            server.run()
+    finally:
+        server.close()
+        worker.stop()
     return 0
 
 

@@ -1,5 +1,6 @@
-"""GitHub App mode end to end: signed webhooks into `WebhookApp` over real HTTP (wsgiref), the worker
-authenticating as the App's installation (a JWT signed with a key made here) against the local GitHub.
+"""GitHub App mode end to end: signed webhooks into `WebhookApp` over real HTTP under the server
+`perfcheck serve` runs (waitress), the worker authenticating as the App's installation (a JWT signed
+with a key made here) against the local GitHub; and the server under idle and slow connections.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 import requests
@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from fakegithub import FakeGitHub
 
 from perfcheck.bot.app import AppSettings, handle_delivery, installation_port
+from perfcheck.bot.server import make_server
 from perfcheck.bot.webhook import WebhookApp, Worker
 from perfcheck.config import Config
 
@@ -31,11 +32,6 @@ HEAD = "ec26c3e57ca3a959ca5aad62de7213c562f8c821"
 BASE = "f95f852bd8fca8fcc58a9a2d6c842781e32a215e"
 SECRET = b"webhook-secret-for-tests"
 APP_ID = 4242
-
-
-class _Quiet(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
 
 
 @pytest.fixture
@@ -69,11 +65,11 @@ def served(app_github: tuple[FakeGitHub, str]) -> Iterator[tuple[FakeGitHub, str
         lambda d: handle_delivery(d, config, lambda repo, inst: installation_port(settings, repo, inst), log),
         log=log,
     ).start()
-    server = make_server("127.0.0.1", 0, WebhookApp(SECRET, worker), handler_class=_Quiet)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    server = make_server(WebhookApp(SECRET, worker), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    yield github, f"http://127.0.0.1:{server.server_port}/", worker, log
-    server.shutdown()
+    yield github, f"http://127.0.0.1:{server.effective_port}/", worker, log
+    server.close()
     worker.stop()
 
 
@@ -90,9 +86,14 @@ def command_payload(github: FakeGitHub, body: str, login: str) -> dict[str, Any]
 
 
 def deliver(
-    url: str, event: str, payload: dict[str, Any], delivery: str, secret: bytes = SECRET
+    url: str,
+    event: str,
+    payload: dict[str, Any] | bytes,
+    delivery: str,
+    secret: bytes = SECRET,
+    timeout: float = 10,
 ) -> requests.Response:
-    body = json.dumps(payload).encode()
+    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     signature = "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
     headers = {
         "Content-Type": "application/json",
@@ -101,7 +102,7 @@ def deliver(
         "X-Hub-Signature-256": signature,
         "User-Agent": "GitHub-Hookshot/test",
     }
-    return requests.post(url, data=body, headers=headers, timeout=10)
+    return requests.post(url, data=body, headers=headers, timeout=timeout)
 
 
 def test_a_writers_command_dispatches_the_probe_workflow(served: Any) -> None:
@@ -135,6 +136,23 @@ def test_a_repeated_delivery_is_dropped(served: Any) -> None:
     assert again.status_code == 200 and "already received" in again.json()["message"]
     worker.drain()
     assert len(github.dispatches(REPO)) == 1
+
+
+def test_a_replayed_body_under_a_new_delivery_id_is_dropped_too(served: Any) -> None:
+    github, url, worker, _ = served
+    ev = command_payload(github, "/perfcheck", "Codertocat")
+    assert deliver(url, "issue_comment", ev, "d-7").status_code == 202
+    replay = deliver(url, "issue_comment", ev, "d-7-replayed")
+    assert replay.status_code == 200 and "already received" in replay.json()["message"]
+    worker.drain()
+    assert len(github.dispatches(REPO)) == 1
+
+
+def test_deeply_nested_json_in_a_signed_delivery_is_a_400_not_a_crash(served: Any) -> None:
+    _, url, _, log = served
+    answer = deliver(url, "issue_comment", b"[" * 100_000 + b"]" * 100_000, "d-8")
+    assert answer.status_code == 400 and "nested" in answer.json()["message"]
+    assert "Traceback" not in answer.text and "Traceback" not in log.getvalue()
 
 
 def test_a_forged_signature_is_rejected_before_anything_happens(served: Any) -> None:
@@ -181,3 +199,32 @@ def test_settings_name_what_is_missing(tmp_path: Path) -> None:
                 "PERFCHECK_APP_PRIVATE_KEY_FILE": str(tmp_path / "missing.pem"),
             }
         )
+
+
+def test_idle_and_slow_connections_do_not_stop_signed_deliveries(served: Any) -> None:
+    """The attack that stopped the single-threaded server: sockets that never finish a request."""
+    import socket
+    import time
+
+    github, url, worker, _ = served
+    port = int(url.rsplit(":", 1)[1].strip("/"))
+    idle = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(50)]
+    slow = [socket.create_connection(("127.0.0.1", port), timeout=5) for _ in range(20)]
+    for s in slow:
+        s.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")  # 1 of 1000 bytes
+    try:
+        waits = []
+        for i in range(10):
+            ev = command_payload(github, "/perfcheck", "Codertocat")
+            started = time.monotonic()
+            answer = deliver(url, "issue_comment", ev, f"load-{i}", timeout=5)
+            waits.append(time.monotonic() - started)
+            assert answer.status_code == 202
+            for s in slow:  # keep the slow ones trickling
+                s.sendall(b" ")
+        assert max(waits) < 2.0, waits
+    finally:
+        for s in idle + slow:
+            s.close()
+    worker.drain()
+    assert len(github.dispatches(REPO)) == 10
