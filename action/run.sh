@@ -60,6 +60,7 @@ case "$mode" in
       exit 2
     fi
     args+=("${results[@]}" --out "$PERFCHECK_OUT" "${config[@]}")
+    if [[ -n "${PERFCHECK_PLAN_FILE:-}" ]]; then args+=(--plan-file "$PERFCHECK_PLAN_FILE"); fi
     ;;
   publish)
     if [[ -z "${PERFCHECK_SHA:-}" && -z "${PERFCHECK_PLAN_FILE:-}" ]]; then

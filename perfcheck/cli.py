@@ -105,21 +105,36 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     return 0
 
 
+def _planned_scope(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The workloads and probes the run was asked for: --plan-file's plan, else --workloads/--probes."""
+    from perfcheck.bot.plan import Plan
+    from perfcheck.schema import ContractError, load_model
+
+    if args.plan_file is None:
+        return _csv(args.workloads), _csv(args.probes_asked)
+    try:
+        planned = load_model(Plan, args.plan_file.read_bytes(), str(args.plan_file))
+    except OSError as err:
+        raise ContractError(f"{args.plan_file}: cannot read it ({err.strerror})") from None
+    return tuple(planned.workloads), tuple(planned.probes)
+
+
 def _cmd_report(args: argparse.Namespace) -> int:
     from perfcheck.bot.history import HistoryError
     from perfcheck.config import ConfigError, load_config
-    from perfcheck.review import EXIT_CODES, ShardError, report
+    from perfcheck.review import EXIT_CODES, ShardError, UsageError, expected_results, report
     from perfcheck.schema import ContractError, load_probe_run
 
     try:
         config = load_config(args.config, Path.cwd())
+        expected = expected_results(config, *_planned_scope(args))
         # A folder stands for every probes.json under it: one download folder of all shards' artifacts.
         files = [f for p in args.probes for f in (sorted(p.rglob("probes.json")) if p.is_dir() else [p])]
         if not files:
             raise ContractError(f"no probes.json under {', '.join(map(str, args.probes))}")
         runs = [(str(f), load_probe_run(f)) for f in files]
-        review, comment = report(runs, config, args.out, args.templates)
-    except (ConfigError, ContractError, ShardError, HistoryError) as err:
+        review, comment = report(runs, config, args.out, args.templates, expected)
+    except (ConfigError, ContractError, ShardError, HistoryError, UsageError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(comment)
@@ -451,6 +466,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--out", type=Path, default=Path("perfcheck-out"), help="output folder (default %(default)s)"
     )
     report.add_argument("--config", type=Path, help="settings file (default: perfcheck.yml here)")
+    report.add_argument(
+        "--plan-file",
+        type=Path,
+        help="plan.json from `perfcheck plan`: the workloads and probes the run was asked for",
+    )
+    report.add_argument(
+        "--workloads",
+        default="",
+        help="without --plan-file: the workloads probed (default: all of the config's)",
+    )
+    report.add_argument(
+        "--probes",
+        dest="probes_asked",
+        default="",
+        metavar="PROBES",
+        help="without --plan-file: the probes asked for (default: each workload's)",
+    )
     report.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
     report.set_defaults(func=_cmd_report)
 

@@ -329,6 +329,19 @@ class Config(_Section):
         raise KeyError(name)
 
 
+def planned_probes(
+    workloads: list[WorkloadConfig], probes: tuple[str, ...] = ()
+) -> list[tuple[WorkloadConfig, str]]:
+    """(workload, probe) for every probe a run of these workloads makes: ``probes`` where given
+    (within a workload's own ``probes`` list, if it has one), else the workload's, else the defaults."""
+    return [
+        (wl, p)
+        for wl in workloads
+        for p in (probes or wl.probes or DEFAULT_PROBES)
+        if not probes or wl.probes is None or p in wl.probes
+    ]
+
+
 def _key(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:

@@ -19,7 +19,7 @@ from perfcheck.bot.compare import compare
 from perfcheck.bot.matrix import merged
 from perfcheck.bot.render import headline, render_comment
 from perfcheck.bot.reports import render_html
-from perfcheck.config import PROBE_NAMES, Config, WorkloadConfig
+from perfcheck.config import PROBE_NAMES, Config, WorkloadConfig, planned_probes
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
 from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
 
@@ -191,10 +191,53 @@ def merge_shards(runs: list[tuple[str, ProbeRun]]) -> tuple[list[WorkloadReview]
     return [by_name[n] for n in first.workload_set], first.base, first.head
 
 
+def check_complete(workloads: list[WorkloadReview], expected: set[tuple[str, str, str]]) -> None:
+    """ShardError unless the results hold exactly one of each (workload, probe, side) expected.
+
+    The results come from the job that ran PR code; what was asked for comes from the trusted
+    config (and plan). A missing probe would pass what was never measured, an extra or repeated
+    one could stand in for the real result."""
+    found: list[tuple[str, str, str]] = [
+        (wl.name, r.probe, side) for wl in workloads for side in ("base", "head") for r in getattr(wl, side)
+    ]
+    repeated = sorted({k for k in found if found.count(k) > 1})
+    missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
+
+    def show(keys: list[tuple[str, str, str]]) -> str:
+        listed = ", ".join(f"{w}/{p}/{s}" for w, p, s in keys[:8])
+        return listed + (f" and {len(keys) - 8} more" if len(keys) > 8 else "")
+
+    problems = [
+        f"{label}: {show(keys)}"
+        for label, keys in (("missing", missing), ("not asked for", extra), ("given twice", repeated))
+        if keys
+    ]
+    if problems:
+        raise ShardError("the probe results are not the set the config asks for — " + "; ".join(problems))
+
+
+def expected_results(
+    config: Config, workloads: tuple[str, ...] = (), probes: tuple[str, ...] = ()
+) -> set[tuple[str, str, str]]:
+    """(workload, probe, side) a run of the trusted config asks for (``workloads``/``probes``: as
+    planned, e.g. by a `/perfcheck run` command; empty means all of them, as in the config)."""
+    chosen = select_workloads(config, workloads)
+    return {
+        (wl.name, p, side)
+        for wl, p in planned_probes(chosen, select_probes(probes))
+        for side in ("base", "head")
+    }
+
+
 def report(
-    runs: list[tuple[str, ProbeRun]], config: Config, out_dir: Path, template_dir: Path | None = None
+    runs: list[tuple[str, ProbeRun]],
+    config: Config,
+    out_dir: Path,
+    template_dir: Path | None = None,
+    expected: set[tuple[str, str, str]] | None = None,
 ) -> tuple[Review, str]:
     workloads, base, head = merge_shards(runs)
+    check_complete(workloads, expected if expected is not None else expected_results(config))
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
     review = review.model_copy(update={"summary": headline(review)})
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
@@ -214,4 +257,5 @@ def report(
 
 def run(request: ReviewRequest) -> tuple[Review, str]:
     probed = probe(request)
-    return report([("probes.json", probed)], request.config, request.out_dir, request.template_dir)
+    expected = expected_results(request.config, request.workloads, request.probes)
+    return report([("probes.json", probed)], request.config, request.out_dir, request.template_dir, expected)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfcheck.bot.timing_gate import METRIC_LABELS, throughput_figures
-from perfcheck.config import DEFAULT_PROBES, Config, WorkloadConfig
+from perfcheck.config import Config, WorkloadConfig, planned_probes
 from perfcheck.progress import Progress
 from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, load_model
 from perfcheck.spec import ProbeSpec
@@ -201,12 +201,7 @@ def run_review(
     # Absolute: every worker runs with its side's tree as working directory.
     workdir = run.out_dir.resolve() / "probes"
     workdir.mkdir(parents=True, exist_ok=True)
-    wanted = [
-        (wl, p)
-        for wl in run.workloads
-        for p in (run.probes or wl.probes or DEFAULT_PROBES)
-        if not run.probes or wl.probes is None or p in wl.probes
-    ]
+    wanted = planned_probes(run.workloads, run.probes)
     # Per-side probes go base then head, interleaved, so drift over the run hits both sides; with
     # jobs > 1 they overlap (structure does not depend on timing). Timing runs alone, both sides
     # at once in alternating rounds, after everything else has finished.

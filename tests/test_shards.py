@@ -83,6 +83,7 @@ def test_two_runners_probe_their_shares_and_the_report_merges_them(
 
     capsys.readouterr()
     report = ["report", "--config", str(tmp_path / "perfcheck.yml"), "--out", str(tmp_path / "rep")]
+    report += ["--probes", "compile"]  # what the run was asked for
     rc = main([*report, str(tmp_path / "shard2"), str(tmp_path / "shard1" / "probes.json")])
     assert rc == 1  # the head's .item() is a new graph break in both model.py workloads
     result = json.loads((tmp_path / "rep" / "result.json").read_text())
@@ -93,3 +94,56 @@ def test_two_runners_probe_their_shares_and_the_report_merges_them(
     ]
     assert main([*report, str(tmp_path / "shard1")]) == 2
     assert "shard(s) 2/2 missing" in capsys.readouterr().err
+
+
+def test_report_refuses_results_that_lack_or_add_a_probe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What PR code in the probe job could do to its artifact: drop the probe that would fail it,
+    # or add one nobody asked for. Only the trusted config and plan say what must be there.
+    tree = model_tree(tmp_path / "tree")
+    (tmp_path / "perfcheck.yml").write_text(CONFIG)
+    config = ["--config", str(tmp_path / "perfcheck.yml")]
+    out = tmp_path / "probed"
+    assert (
+        main(
+            [
+                "probe",
+                "--base",
+                str(tree),
+                "--head",
+                str(tree),
+                *config,
+                "--probes",
+                "compile",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    probed = json.loads((out / "probes.json").read_text())
+    report = ["report", *config, "--probes", "compile", "--out", str(tmp_path / "rep")]
+    tampered = tmp_path / "tampered.json"
+    capsys.readouterr()
+
+    dropped = json.loads(json.dumps(probed))
+    dropped["workloads"][0]["head"] = []
+    tampered.write_text(json.dumps(dropped))
+    assert main([*report, str(tampered)]) == 2
+    assert "missing: first/compile/head" in capsys.readouterr().err
+
+    added = json.loads(json.dumps(probed))
+    extra = dict(added["workloads"][0]["head"][0], probe="export")
+    added["workloads"][0]["head"].append(extra)
+    tampered.write_text(json.dumps(added))
+    assert main([*report, str(tampered)]) == 2
+    assert "not asked for: first/export/head" in capsys.readouterr().err
+
+    twice = json.loads(json.dumps(probed))
+    twice["workloads"][0]["base"].append(twice["workloads"][0]["base"][0])
+    tampered.write_text(json.dumps(twice))
+    assert main([*report, str(tampered)]) == 2
+    assert "given twice: first/compile/base" in capsys.readouterr().err
+    # asked for everything the config has, a compile-only set is incomplete
+    assert main(["report", *config, "--out", str(tmp_path / "rep"), str(out)]) == 2
