@@ -2,7 +2,9 @@
 
 Pure. An acknowledgement covers findings of its category (and workload, if it names one); it is
 shown with who, when and why, and such findings no longer fail the check. A different finding,
-of another category or workload, still does.
+of another category or workload, still does. A `/perfcheck ack` covers the head commit as it was
+when it was posted: posted before the head existed (perfcheck's first check on the head started
+later, by GitHub's clock), it covered an earlier commit, and it is shown as expired instead.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ from dataclasses import dataclass
 
 from perfcheck.bot.command import CommandError, parse_command
 from perfcheck.bot.plan import has_permission
+from perfcheck.bot.timestamps import instant
 from perfcheck.config import AckEntry
-from perfcheck.schema import Acknowledgement, Finding, Review, Verdict
+from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review, Verdict
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,7 @@ class Ack:
     category: str
     workload: str | None
     note: Acknowledgement
+    expired: bool = False  # posted for an earlier head commit
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,14 @@ def from_comments(
     permission_of: Callable[[str], str],
     required: str,
     sha: str | None = None,
+    head_since: str | None = None,
 ) -> list[Ack]:
-    """`/perfcheck ack` commands by people with ``required`` permission or more; others are ignored."""
+    """`/perfcheck ack` commands by people with ``required`` permission or more; others are ignored.
+
+    ``sha`` is the head commit; ``head_since`` when perfcheck first saw it (its first check run
+    started). An ack posted later covers ``sha``; one posted earlier, or when that moment is not
+    known, is marked expired."""
+    since = instant(head_since)
     out: list[Ack] = []
     for c in comments:
         try:
@@ -49,8 +59,12 @@ def from_comments(
             continue
         if cmd is None or cmd.verb != "ack" or not has_permission(permission_of(c.author), required):
             continue
-        note = Acknowledgement(by=c.author, reason=cmd.reason or "", at=c.created_at, sha=sha)
-        out.append(Ack(cmd.category or "", cmd.workload, note))
+        posted = instant(c.created_at)
+        current = since is not None and posted is not None and posted > since
+        note = Acknowledgement(
+            by=c.author, reason=cmd.reason or "", at=c.created_at, sha=sha if current else None
+        )
+        out.append(Ack(cmd.category or "", cmd.workload, note, expired=not current))
     return out
 
 
@@ -65,13 +79,25 @@ def verdict_of(findings: list[Finding], inconclusive: list[str]) -> Verdict:
 
 
 def apply(review: Review, acks: list[Ack]) -> Review:
-    """The review with matching findings acknowledged (the latest ack wins) and the verdict redone."""
+    """The review with matching findings acknowledged (the latest ack in force wins) and the verdict
+    redone; expired acks that would have covered a finding are listed apart."""
     if not acks:
         return review
-    findings = []
+    findings, expired = [], []
+    in_force = [a for a in acks if not a.expired]
     for f in review.findings:
-        match = next((a for a in reversed(acks) if _covers(a, f)), None)
+        match = next((a for a in reversed(in_force) if _covers(a, f)), None)
         findings.append(f.model_copy(update={"ack": match.note}) if match else f)
+    for a in acks:
+        if a.expired and any(_covers(a, f) and f.ack is None for f in findings):
+            n = a.note
+            expired.append(
+                ExpiredAck(category=a.category, workload=a.workload, by=n.by, reason=n.reason, at=n.at)
+            )
     return review.model_copy(
-        update={"findings": findings, "verdict": verdict_of(findings, review.inconclusive)}
+        update={
+            "findings": findings,
+            "verdict": verdict_of(findings, review.inconclusive),
+            "expired_acks": expired,
+        }
     )

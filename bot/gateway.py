@@ -64,6 +64,7 @@ class GitHubPort(Protocol):
     def create_comment(self, number: int, body: str, dedupe_key: str) -> int: ...
     def edit_comment(self, number: int, comment_id: int, body: str) -> None: ...
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None: ...
+    def first_check_started(self, sha: str, name: str) -> str | None: ...
     def create_check_run(self, sha: str, name: str, external_id: str, fields: dict[str, Any]) -> int: ...
     def update_check_run(
         self, check_run_id: int, fields: dict[str, Any], annotations_after: int | None = None
@@ -200,6 +201,16 @@ class GitHubGateway:
 
         return self._call(f"find check run {name!r} on {sha[:7]}", fetch)
 
+    def first_check_started(self, sha: str, name: str) -> str | None:
+        """When the first check run of this name on this commit started: when perfcheck first saw it."""
+
+        def fetch() -> str | None:
+            starts = [r.started_at for r in self.repo.get_commit(sha).get_check_runs(check_name=name)]
+            known = [s for s in starts if s is not None]
+            return min(known).isoformat() if known else None
+
+        return self._call(f"read when {sha[:7]} was first checked", fetch)
+
     # -- writes --------------------------------------------------------------------------------
 
     def react(self, number: int, comment_id: int, content: str) -> None:
@@ -332,6 +343,10 @@ class DryRunGitHub:
         return []
 
     def find_check_run(self, sha: str, name: str) -> CheckRunRef | None:
+        self._say("GET", f"/commits/{sha}/check-runs?check_name={name}", "(dry run: assumed none)")
+        return None
+
+    def first_check_started(self, sha: str, name: str) -> str | None:
         self._say("GET", f"/commits/{sha}/check-runs?check_name={name}", "(dry run: assumed none)")
         return None
 

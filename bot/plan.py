@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from functools import cache
 from typing import Any, Literal
 
@@ -30,6 +29,7 @@ from perfcheck.bot.events import (
     WorkflowRunEvent,
     parse_event,
 )
+from perfcheck.bot.timestamps import instant
 from perfcheck.config import Config
 
 # Collaborator permissions, weakest first; the API's `role_name` adds triage and maintain.
@@ -230,16 +230,6 @@ MAX_ECHO = 500
 CLOSED_REPLY = "This pull request is closed, so there is nothing to review; reopen it first."
 
 
-def _instant(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
-
-
 def _unseen_head(
     pull: PullRequest, cmd: Command, posted_at: str | None, waiting_since: str | None
 ) -> tuple[str, str] | None:
@@ -261,7 +251,7 @@ def _unseen_head(
         )
     if not pull.from_fork:
         return None
-    posted, since = _instant(posted_at), _instant(waiting_since)
+    posted, since = instant(posted_at), instant(waiting_since)
     if posted is not None and since is not None and since < posted:
         return None
     return (

@@ -5,9 +5,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import re
+import secrets
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -329,6 +331,8 @@ def _cmd_publish(args: argparse.Namespace) -> int:
                 port.commands(target.pr_number, "/perfcheck ack"),
                 port.permission,
                 config.github.command_permission,
+                sha,
+                port.first_check_started(sha, config.github.check_name),  # type: ignore[attr-defined]
             )
         review = acks.apply(review, found)
         review = review.model_copy(update={"summary": headline(review)})
@@ -582,10 +586,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@contextlib.contextmanager
+def _no_workflow_commands() -> Iterator[None]:
+    """In a GitHub Actions step, nothing perfcheck prints is a workflow command.
+
+    Reviews, errors and replies carry text from PR code and from comments; a line of it that
+    starts with `::` (`::add-mask::`, `::error::`, `::set-output`) would be obeyed by the runner.
+    GitHub's `::stop-commands::TOKEN` turns that off until `::TOKEN::`; the token is random, so
+    nothing printed in between can turn it back on. perfcheck itself emits no workflow commands.
+    """
+    if os.environ.get("GITHUB_ACTIONS") != "true":
+        yield
+        return
+    token = secrets.token_hex(16)
+    print(f"::stop-commands::{token}", flush=True)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        print(f"::{token}::", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    return int(args.func(args))
+    with _no_workflow_commands():
+        return int(args.func(args))
 
 
 if __name__ == "__main__":

@@ -285,6 +285,17 @@ class Acknowledgement(_Strict):
     sha: str | None = Field(default=None, description="the head commit when it was acknowledged")
 
 
+class ExpiredAck(_Strict):
+    """An acknowledgement posted before the head commit existed: it covered an earlier commit, so the
+    finding it would cover counts again until someone acknowledges the head."""
+
+    category: str
+    workload: str | None = None
+    by: str
+    reason: str
+    at: str | None = None
+
+
 class Finding(_Strict):
     category: Category
     severity: Severity
@@ -364,6 +375,9 @@ class Review(_Strict):
     workloads: list[WorkloadReview]
     findings: list[Finding]
     inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")
+    expired_acks: list[ExpiredAck] = Field(
+        default=[], description="acknowledgements of an earlier commit, which no longer cover the head"
+    )
 
 
 class Shard(_Strict):

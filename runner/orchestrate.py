@@ -7,6 +7,7 @@ result for that one probe, and the review goes on.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -22,6 +23,7 @@ from pathlib import Path
 from perfcheck.bot.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.config import Config, WorkloadConfig, planned_probes
 from perfcheck.progress import Progress
+from perfcheck.runner import channel, reaper
 from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -105,33 +107,44 @@ def probe_env(stem: str, cache: Path | None = None) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Ended:
+    """How a probe process ended: its exit code (None: killed at its time limit) and what it handed
+    back through its result channel (None: more than the channel carries)."""
+
+    code: int | None
+    result: bytes | None
+
+
 def run_module(
-    python: str,
-    module: str,
-    args: list[Path],
-    cwd: str,
-    env: dict[str, str],
-    timeout_s: float,
-    log_path: Path,
-) -> int | None:
-    """``python -m module args`` in its own process group, output to ``log_path``; its exit code,
-    or None when it ran past ``timeout_s`` and the whole group (grandchildren too) was killed."""
-    with log_path.open("wb") as log:
-        proc = subprocess.Popen(
-            [python, "-m", module, *map(str, args)],
-            cwd=cwd,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    python: str, module: str, spec_path: Path, cwd: str, env: dict[str, str], timeout_s: float, log_path: Path
+) -> Ended:
+    """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``. When it ends,
+    at its time limit or by itself, its process group is killed and every orphan it left is reaped
+    (runner/reaper.py); only then is its result channel read."""
+    with log_path.open("wb") as log, channel.open_channel() as result:
+        with reaper.spawning() as ours:
+            proc = subprocess.Popen(
+                [python, "-m", module, str(spec_path), channel.argument(result)],
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(result.fileno(),),
+            )
+            ours(proc.pid)
         try:
-            return proc.wait(timeout=timeout_s)
+            code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            return None
+            code = None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group, at any ending
+        proc.wait()
+        reaper.finished(proc.pid)
+        reaper.reap_orphans()
+        return Ended(code, channel.read_back(result))
 
 
 def run_probe(
@@ -139,14 +152,12 @@ def run_probe(
 ) -> ProbeResult:
     """Run one probe in a fresh process; never raises for anything the probe does."""
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
-    spec_path, result_path, log_path = (workdir / f"{stem}{ext}" for ext in (".spec.json", ".json", ".log"))
+    spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
-    result_path.unlink(missing_ok=True)
     env = probe_env(stem, cache)
     start = time.monotonic()
-    code = run_module(
-        python, "perfcheck.runner.worker", [spec_path, result_path], spec.tree, env, timeout_s, log_path
-    )
+    ended = run_module(python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path)
+    code = ended.code
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
         return _failed(spec, "timeout", message, time.monotonic() - start)
@@ -156,12 +167,13 @@ def run_probe(
         return _failed(
             spec, "crashed", f"the probe process died of {signal_name(code)}\n{tail}".strip(), duration
         )
-    if code != 0 or not result_path.exists():
-        return _failed(
-            spec, "crashed", f"the probe process exited with code {code}\n{tail}".strip(), duration
-        )
+    if code != 0 or not ended.result:
+        how = f"exited with code {code}"
+        if code == 0:
+            how = "handed back a result over 64 MB" if ended.result is None else "ended without a result"
+        return _failed(spec, "crashed", f"the probe process {how}\n{tail}".strip(), duration)
     try:
-        result = load_model(ProbeResult, result_path.read_bytes(), str(result_path))
+        result = load_model(ProbeResult, ended.result, stem)
     except ContractError as err:
         return _failed(spec, "crashed", f"the probe wrote an invalid result: {err}", duration)
     if (result.side, result.workload, result.probe) != (spec.side, spec.workload.name, spec.probe):
@@ -198,6 +210,7 @@ def run_review(
 ) -> list[WorkloadReview]:
     from perfcheck.runner.timing import run_paired
 
+    reaper.become_subreaper()  # so that no process a probe starts outlives it
     # Absolute: every worker runs with its side's tree as working directory.
     workdir = run.out_dir.resolve() / "probes"
     workdir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 from perfcheck.bot.pareto import pareto_front
 from perfcheck.config import SweepConfig, WorkloadConfig
 from perfcheck.progress import Progress
+from perfcheck.runner import reaper
 from perfcheck.runner.orchestrate import log_tail, probe_env, run_module, signal_name
 from perfcheck.schema import ContractError, Environment, load_model
 from perfcheck.sweep_schema import (
@@ -70,14 +71,14 @@ def run_point(
     """Run one point in a fresh process, with the environment it ran in when it got that far.
 
     Never raises for anything the point's process does."""
-    spec_path, result_path, log_path = (workdir / f"{stem}{ext}" for ext in (".spec.json", ".json", ".log"))
+    spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
-    result_path.unlink(missing_ok=True)
     start = time.monotonic()
     env = probe_env(f"sweep-{stem}")
-    code = run_module(
-        python, "perfcheck.runner.sweep_worker", [spec_path, result_path], spec.tree, env, timeout_s, log_path
+    ended = run_module(
+        python, "perfcheck.runner.sweep_worker", spec_path, spec.tree, env, timeout_s, log_path
     )
+    code = ended.code
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
         return _result(spec.point, "timeout", message, time.monotonic() - start), None
@@ -86,11 +87,12 @@ def run_point(
     if code < 0:
         message = f"the process died of {signal_name(code)}\n{tail}".strip()
         return _result(spec.point, "crashed", message, duration), None
-    if code != 0 or not result_path.exists():
-        message = f"the process exited with code {code}\n{tail}".strip()
+    if code != 0 or not ended.result:
+        how = f"exited with code {code}" if code != 0 else "ended without a result"
+        message = f"the process {how}\n{tail}".strip()
         return _result(spec.point, "crashed", message, duration), None
     try:
-        got = load_model(PointMeasurement, result_path.read_bytes(), str(result_path))
+        got = load_model(PointMeasurement, ended.result, stem)
     except ContractError as err:
         return _result(spec.point, "crashed", f"the point wrote an invalid result: {err}", duration), None
     result = PointResult(
@@ -123,6 +125,7 @@ def _outcome(r: PointResult) -> str:
 
 
 def run_sweep(job: SweepJob, progress: Progress | None = None) -> SweepReport:
+    reaper.become_subreaper()  # no process a point starts outlives it
     points = plan_points(job.sweep)
     progress = progress or Progress(len(points))
     # Absolute: every worker runs with the tree as its working directory.

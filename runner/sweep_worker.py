@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from perfcheck.runner import step as steps
+from perfcheck.runner.channel import write_result
 from perfcheck.runner.dynamo_stats import compile_activity
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import load_build
@@ -102,10 +103,10 @@ def run(spec: PointSpec) -> PointMeasurement:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m perfcheck.runner.sweep_worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m perfcheck.runner.sweep_worker SPEC.json fd:N|RESULT.json", file=sys.stderr)
         return 2
     spec = load_model(PointSpec, Path(args[0]).read_bytes(), args[0])
-    Path(args[1]).write_text(run(spec).model_dump_json(indent=1))
+    write_result(args[1], run(spec).model_dump_json(indent=1))
     return 0
 
 

@@ -29,6 +29,7 @@ from typing import IO, Any
 from perfcheck.bot.stats import fast_mean
 from perfcheck.bot.timing_gate import sequential
 from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.runner import reaper
 from perfcheck.runner.orchestrate import SideSetup, probe_env, side_caches
 from perfcheck.schema import DeviceStep, Environment, Plant, ProbeResult, TimingMetrics, TimingProcess
 from perfcheck.spec import ProbeSpec
@@ -56,7 +57,7 @@ class TimingWorker:
         self.log_path = workdir / f"{stem}.log"
         self.started = time.monotonic()
         read_fd, write_fd = os.pipe()
-        with self.log_path.open("wb") as log:
+        with self.log_path.open("wb") as log, reaper.spawning() as ours:
             self.proc = subprocess.Popen(
                 [python, "-m", "perfcheck.runner.timing_worker", str(spec_path), str(write_fd)],
                 cwd=spec.tree,
@@ -67,6 +68,7 @@ class TimingWorker:
                 pass_fds=(write_fd,),
                 start_new_session=True,
             )
+            ours(self.proc.pid)
         os.close(write_fd)
         self.replies: IO[str] = os.fdopen(read_fd, "r")
 
@@ -105,9 +107,12 @@ class TimingWorker:
         return WorkerFailed("crashed", f"the timing worker {how}\n{tail}".strip())
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
+        """End the worker, what is left of its process group, and any orphan it left."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        self.proc.wait()
+        reaper.finished(self.proc.pid)
+        reaper.reap_orphans()
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from perfcheck.runner.channel import write_result
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import WorkloadError, load_build
 from perfcheck.runner.locate import exception_location
@@ -74,11 +75,10 @@ def run(spec: ProbeSpec) -> ProbeResult:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m perfcheck.runner.worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m perfcheck.runner.worker SPEC.json fd:N|RESULT.json", file=sys.stderr)
         return 2
     spec = load_model(ProbeSpec, Path(args[0]).read_bytes(), args[0])
-    result = run(spec)
-    Path(args[1]).write_text(result.model_dump_json(indent=1))
+    write_result(args[1], run(spec).model_dump_json(indent=1))
     return 0
 
 

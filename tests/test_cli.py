@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -187,3 +188,51 @@ def test_outputs_cannot_be_injected_by_event_text() -> None:
     assert key == "reason" and delimiter not in hostile
     # the value ends only at its own delimiter; the forged line stays inside it
     assert text.index("run=true") < text.index(f"\n{delimiter}\n")
+
+
+def _commands_the_runner_obeys(log: str) -> list[str]:
+    """GitHub's runner reading a step's log: `::x::` lines are commands, except between
+    `::stop-commands::TOKEN` and `::TOKEN::`."""
+    obeyed, token = [], None
+    for line in log.splitlines():
+        if token is not None:
+            if line == f"::{token}::":
+                token = None
+            continue
+        if line.startswith("::stop-commands::"):
+            token = line.removeprefix("::stop-commands::")
+        elif line.startswith("::"):
+            obeyed.append(line)
+    return obeyed
+
+
+def test_probe_text_never_becomes_a_workflow_command(tmp_path: Path) -> None:
+    # What PR code could put in a break reason, which the review quotes verbatim in a code block.
+    review = json.loads((Path(__file__).parent / "data" / "demo-result.json").read_text())
+    hostile = (
+        "Unsupported\n::add-mask::hunter2\n::error file=model.py,line=1::all is well\n::set-output name=x::y"
+    )
+    for finding in review["findings"]:
+        if "reason" in finding["evidence"]:
+            finding["evidence"]["reason"] = hostile
+    (tmp_path / "result.json").write_text(json.dumps(review))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")} | {"GITHUB_ACTIONS": "true"}
+    done = subprocess.run(
+        [sys.executable, "-m", "perfcheck", "render", str(tmp_path / "result.json")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "::add-mask::hunter2" in done.stdout  # quoted in the review, as text
+    assert _commands_the_runner_obeys(done.stdout + done.stderr) == []
+    # Outside Actions nothing is added.
+    plain = subprocess.run(
+        [sys.executable, "-m", "perfcheck", "render", str(tmp_path / "result.json")],
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in env.items() if k != "GITHUB_ACTIONS"},
+        timeout=60,
+    )
+    assert "stop-commands" not in plain.stdout

@@ -120,10 +120,27 @@ def test_only_writers_acks_count() -> None:
         acks.PostedComment("maintainer", None, "/perfcheck ack nonsense -- malformed is ignored"),
     ]
     roles = {"maintainer": "maintain", "passerby": "read"}
-    found = acks.from_comments(posted, roles.__getitem__, "write", sha="abc1234")
-    assert [(a.category, a.note.by, a.note.at, a.note.sha) for a in found] == [
-        ("recompile", "maintainer", "2026-11-29T10:00:00Z", "abc1234")
+    found = acks.from_comments(posted, roles.__getitem__, "write", "abc1234", "2026-11-29T09:00:00Z")
+    assert [(a.category, a.note.by, a.note.at, a.note.sha, a.expired) for a in found] == [
+        ("recompile", "maintainer", "2026-11-29T10:00:00Z", "abc1234", False)
     ]
+
+
+def test_an_ack_posted_before_the_head_was_pushed_expires() -> None:
+    # The attack: a writer acks a break at commit A; commits that follow add more of it.
+    posted = [
+        acks.PostedComment("maintainer", "2026-11-29T10:00:00Z", "/perfcheck ack graph_break_added -- ok")
+    ]
+    found = acks.from_comments(posted, lambda _: "write", "write", "b" * 40, "2026-11-29T11:00:00Z")
+    assert [(a.expired, a.note.sha) for a in found] == [(True, None)]
+    # When perfcheck cannot tell when the head appeared, an ack does not cover it either.
+    assert acks.from_comments(posted, lambda _: "write", "write", "b" * 40, None)[0].expired
+    review = acks.apply(load_review(DATA / "demo-result.json"), found)
+    assert review.verdict == "fail" and all(f.ack is None for f in review.findings)
+    [expired] = review.expired_acks
+    assert (expired.category, expired.by) == ("graph_break_added", "maintainer")
+    comment = render_comment(review)
+    assert "no longer cover the head" in comment and "`/perfcheck ack` again" in comment
 
 
 def test_acked_findings_render_with_who_when_and_why() -> None:
@@ -144,6 +161,10 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
     fake_github.add_pull(REPO, 2, head_sha=HEAD, base_sha="f" * 40, files=["model.py"])
     fake_github.set_permission(REPO, "Codertocat", "admin")
     fake_github.set_permission(REPO, "outsider", "read")
+    # The plan job queued the head's check when it was pushed; the acks come after.
+    queued = _cli(["publish", "--sha", HEAD, "--pr", "2", "--status", "queued"], fake_github, tmp_path)
+    assert queued.returncode == 0, queued.stderr
+    fake_github.backdate(10)
     for category in ("graph_break_added", "export_ir_changed", "throughput_regression"):
         fake_github.add_comment(
             REPO, 2, f"/perfcheck ack {category} classifier -- intended", user="Codertocat"
@@ -152,9 +173,39 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
     (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
     done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"], fake_github, tmp_path)
     assert done.returncode == 0, done.stderr
-    (run,) = fake_github.check_runs(REPO, HEAD)
+    run = fake_github.check_runs(REPO, HEAD)[-1]
     assert run["conclusion"] == "success"  # every failing finding acknowledged by a writer
     review_comment = next(c for c in fake_github.comments(REPO, 2) if c["user"]["type"] == "Bot")
     assert review_comment["body"].count("Acknowledged by Codertocat") == 3  # the demo's three findings
     assert "outsider" not in review_comment["body"]
     assert json.loads((DATA / "demo-result.json").read_text())["verdict"] == "fail"  # the file is untouched
+
+
+def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitHub, tmp_path: Path) -> None:
+    from test_github import HEAD, REPO, TOKEN, _cli
+
+    fake_github.add_repo(REPO, default_branch="master")
+    fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
+    fake_github.add_pull(REPO, 2, head_sha="a" * 40, base_sha="f" * 40, files=["model.py"])
+    fake_github.set_permission(REPO, "Codertocat", "admin")
+    assert (
+        _cli(
+            ["publish", "--sha", "a" * 40, "--pr", "2", "--status", "queued"], fake_github, tmp_path
+        ).returncode
+        == 0
+    )
+    fake_github.backdate(20)
+    fake_github.add_comment(REPO, 2, "/perfcheck ack graph_break_added classifier -- fine", user="Codertocat")
+    fake_github.backdate(10)
+    # A push after the ack: the new head's check is queued later than the ack was posted.
+    fake_github.push(REPO, 2, HEAD)
+    assert (
+        _cli(["publish", "--sha", HEAD, "--pr", "2", "--status", "queued"], fake_github, tmp_path).returncode
+        == 0
+    )
+    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"], fake_github, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert fake_github.check_runs(REPO, HEAD)[-1]["conclusion"] == "failure"
+    body = next(c for c in fake_github.comments(REPO, 2) if c["user"]["type"] == "Bot")["body"]
+    assert "Acknowledged by" not in body and "no longer cover the head" in body
