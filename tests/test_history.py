@@ -382,7 +382,9 @@ def test_report_records_into_the_configured_store(tmp_path: Path) -> None:
     )
     (tmp_path / "probes.json").write_text(probes.model_dump_json())
     db = tmp_path / "h" / "history.sqlite"
-    (tmp_path / "perfcheck.yml").write_text(f"history: {{enabled: true, path: '{db}'}}\n")
+    (tmp_path / "perfcheck.yml").write_text(
+        f"workloads: [{{name: classifier, entry: model.py:build}}]\nhistory: {{enabled: true, path: '{db}'}}\n"
+    )
     args = ["report", str(tmp_path / "probes.json"), "--config", str(tmp_path / "perfcheck.yml")]
     assert cli_main([*args, "--out", str(tmp_path / "out")]) == 1  # the demo fails
     with contextlib.closing(open_store(db, create=False)) as conn:
