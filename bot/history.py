@@ -88,7 +88,10 @@ LATEST = len(MIGRATIONS)
 @contextmanager
 def _transaction(conn: sqlite3.Connection) -> Iterator[None]:
     # IMMEDIATE takes the write lock up front, so two processes migrating at once serialise.
-    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as err:
+        raise HistoryError(f"the history store cannot be written now ({err}); nothing was recorded") from None
     try:
         yield
     except BaseException:
@@ -139,9 +142,17 @@ def open_store(path: Path, *, create: bool = True) -> sqlite3.Connection:
     try:
         conn.execute("PRAGMA foreign_keys = ON")
         migrate(conn, path)
+    except sqlite3.OperationalError as err:
+        conn.close()
+        if "locked" in str(err) or "busy" in str(err):
+            raise HistoryError(f"{path}: in use by another process ({err}); nothing was recorded") from None
+        raise HistoryError(f"{path}: not a usable history database ({err})") from None
     except sqlite3.DatabaseError as err:
         conn.close()
         raise HistoryError(f"{path}: not a usable history database ({err})") from None
+    except HistoryError:
+        conn.close()
+        raise
     except BaseException:
         conn.close()
         raise

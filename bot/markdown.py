@@ -12,7 +12,29 @@ import re
 _SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _LINE_START = re.compile(r"^(\s*)([#>+\-=]|\d+[.)])")
 _MENTION = re.compile(r"@(?=[\w-])")
+# Issue and pull request references GitHub links (and cross-references, which notify): #12,
+# owner/repo#12, GH-12.
+_REFERENCE = re.compile(r"(#|\bGH-)(?=\d)", re.IGNORECASE)
 _BACKTICKS = re.compile(r"`+")
+# Control characters (ESC of terminal escape sequences among them), except tab and newline.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+# The most one field may take of a comment: a 200 KB line in one finding must not crowd out the rest.
+CELL_LIMIT = 2_000
+CODE_LIMIT = 500
+BLOCK_LIMIT = 8_000
+
+
+def _visible(text: str) -> str:
+    """Control characters as their Unicode pictures (ESC as ␛): seen, never obeyed by a terminal."""
+    return _CONTROL.sub(lambda m: chr(0x2400 + ord(m.group())) if ord(m.group()) < 0x20 else "\ufffd", text)
+
+
+def _bounded(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
 def _entities(text: str) -> str:
@@ -24,11 +46,13 @@ def _escape_start(m: re.Match[str]) -> str:
     return m.group(1) + (f"{mark[:-1]}\\{mark[-1]}" if mark[0].isdigit() else f"\\{mark}")
 
 
-def cell(value: object) -> str:
-    """Plain text inside a line (a table cell, after a label): one line, markup escaped, mentions broken."""
-    s = _SPECIAL.sub(r"\\\1", _entities(" ".join(str(value).split())))
-    # An empty HTML comment between @ and the name renders as nothing and notifies nobody.
-    return _MENTION.sub("@<!-- -->", s)
+def cell(value: object, limit: int = CELL_LIMIT) -> str:
+    """Plain text inside a line (a table cell, after a label): one line, markup escaped, mentions and
+    issue references broken, at most ``limit`` characters of it."""
+    s = _SPECIAL.sub(r"\\\1", _entities(_bounded(_visible(" ".join(str(value).split())), limit)))
+    # An empty HTML comment renders as nothing: after @ it notifies nobody, after # links nothing.
+    s = _MENTION.sub("@<!-- -->", s)
+    return _REFERENCE.sub(lambda m: f"{m.group(1)}<!-- -->", s)
 
 
 def text(value: object) -> str:
@@ -36,9 +60,9 @@ def text(value: object) -> str:
     return _LINE_START.sub(_escape_start, cell(value))
 
 
-def code(value: object, in_table: bool = False) -> str:
+def code(value: object, in_table: bool = False, limit: int = CODE_LIMIT) -> str:
     """An inline code span that no backtick in the value can close early."""
-    s = " ".join(str(value).split())
+    s = _bounded(_visible(" ".join(str(value).split())), limit)
     longest = max((len(m) for m in _BACKTICKS.findall(s)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
@@ -47,12 +71,30 @@ def code(value: object, in_table: bool = False) -> str:
     return f"{fence}{pad}{s}{pad}{fence}"
 
 
-def block(value: object, lang: str = "") -> str:
+def block(value: object, lang: str = "", limit: int = BLOCK_LIMIT) -> str:
     """A fenced code block whose fence is longer than any backtick run inside it."""
-    s = str(value).rstrip("\n")
+    s = _bounded(_visible(str(value).rstrip("\n")), limit)
     longest = max((len(m) for m in _BACKTICKS.findall(s)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{s}\n{fence}"
+
+
+def _open_fence(text: str) -> str | None:
+    """The fence of a code block still open at the end of ``text``, as it was opened; None if none.
+
+    A fence closes only on a line of the same character, at least as long, and nothing else; a
+    longer fence may hold shorter ones as text."""
+    open_fence: str | None = None
+    for line in text.splitlines():
+        m = _FENCE.match(line)
+        if m is None:
+            continue
+        run = m.group(1)
+        if open_fence is None:
+            open_fence = run
+        elif run[0] == open_fence[0] and len(run) >= len(open_fence) and not line.strip()[len(run) :].strip():
+            open_fence = None
+    return open_fence
 
 
 def cap(body: str, limit: int, pointer: str) -> str:
@@ -60,15 +102,17 @@ def cap(body: str, limit: int, pointer: str) -> str:
     if len(body) <= limit:
         return body
     room = limit - len(pointer) - 2
-    cut = body.rfind("\n", 0, room)
-    head = body[: cut if cut > 0 else room]
-    # An unclosed <details> or code fence would swallow the pointer; close what is open.
-    closers = ""
-    if head.count("```") % 2:
-        closers += "\n```"
-    closers += "\n</details>" * max(0, head.count("<details>") - head.count("</details>"))
-    head = head[: room - len(closers)] if len(head) + len(closers) > room else head
-    return f"{head}{closers}\n\n{pointer}"
+    for _ in range(3):  # the closers take room too: cut again if they do not fit
+        cut = body.rfind("\n", 0, room)
+        head = body[: cut if cut > 0 else room]
+        # An unclosed code fence or <details> would swallow the pointer; close what is open.
+        fence = _open_fence(head)
+        closers = f"\n{fence}" if fence else ""
+        closers += "\n</details>" * max(0, head.count("<details>") - head.count("</details>"))
+        if len(head) + len(closers) <= limit - len(pointer) - 2:
+            return f"{head}{closers}\n\n{pointer}"
+        room -= len(closers)
+    return f"{head[: max(0, room - len(closers))]}{closers}\n\n{pointer}"
 
 
 def url(value: str) -> str:

@@ -290,13 +290,18 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         print(f"perfcheck: --sha: expected 7 to 40 hex digits, got {args.sha!r}", file=sys.stderr)
         return EXIT_BAD_INPUT
     rev = (review.head.revision or "").lower() if review is not None else ""
-    if rev and not (rev.startswith(sha) or sha.startswith(rev)):
-        # The result file comes from the job that ran PR code: it may not pick the commit it reports on.
-        print(
-            f"perfcheck: {args.report / 'result.json'}: it reviews {review.head.revision[:12]}, "
-            f"not --sha {args.sha[:12]}; refusing to publish it there",
-            file=sys.stderr,
-        )
+    # The result file comes from the job that ran PR code: it may not pick the commit it reports
+    # on, nor leave the commit out (an empty or one-digit revision "matches" anything).
+    if review is not None and not (
+        re.fullmatch(r"[0-9a-f]{7,40}", rev) and (rev.startswith(sha) or sha.startswith(rev))
+    ):
+        if re.fullmatch(r"[0-9a-f]{7,40}", rev):
+            said = f"it reviews {rev[:12]}, not --sha {sha[:12]}"
+        elif rev:
+            said = "its head revision is not a commit SHA"
+        else:
+            said = "it names no head commit (was the head a git checkout?)"
+        print(f"perfcheck: {args.report / 'result.json'}: {said}; refusing to publish it", file=sys.stderr)
         return EXIT_BAD_INPUT
     port = DryRunGitHub(repository) if args.dry_run else _github_port(settings, repository)
     target = Target(repository, sha, args.pr, settings.run_url(repository), args.planned_by)

@@ -242,7 +242,9 @@ def report(
     review = review.model_copy(update={"summary": headline(review)})
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
+    # The review is on disk before anything else can fail (a busy history store, say).
     (out_dir / "result.json").write_text(review.model_dump_json(indent=1))
+    (out_dir / "comment.md").write_text(comment)
     heatmap = None
     if config.history.enabled:
         from perfcheck.bot import history
@@ -251,7 +253,6 @@ def report(
             history.record(store, review, repository=None, pr=None)
             heatmap = history.break_heatmap(store, 50)
     (out_dir / "report.html").write_text(render_html(review, heatmap, template_dir, merged(config.matrix)))
-    (out_dir / "comment.md").write_text(comment)
     return review, comment
 
 

@@ -47,7 +47,8 @@ Side = Literal["base", "head"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # NaN and infinities are no measurement: a document holding one is refused whole.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class SourceLocation(_Strict):
@@ -147,7 +148,7 @@ class TimingMetrics(_Strict):
     cpu: int | None = Field(default=None, description="the core both sides' host work was pinned to")
     threads: int | None = Field(default=None, ge=1, description="torch intra-op threads (CPU timing)")
     plant: Plant | None = None
-    processes: list[TimingProcess] = Field(min_length=1)
+    processes: list[TimingProcess] = Field(min_length=1, max_length=1000)
 
 
 class ExportMetrics(_Strict):
@@ -409,6 +410,9 @@ class ProbeRun(_Strict):
 
 M = TypeVar("M", bound=BaseModel)
 
+# A result document larger than this is refused before it is parsed.
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+
 
 class ContractError(ValueError):
     """A result document that does not satisfy the contract; carries a readable explanation."""
@@ -432,13 +436,16 @@ def load_model(model: type[M], text: str | bytes, source: str) -> M:
 
 def _load_versioned(model: type[M], path: Path) -> M:
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_DOCUMENT_BYTES + 1)
     except OSError as err:
         raise ContractError(f"{path}: cannot read it ({err.strerror})") from None
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        raise ContractError(f"{path}: larger than {MAX_DOCUMENT_BYTES >> 20} MB; not read")
     try:
         version = json.loads(raw).get("schema_version")
-    except (ValueError, AttributeError):
-        raise ContractError(f"{path}: not a JSON object") from None
+    except (ValueError, AttributeError, RecursionError):
+        raise ContractError(f"{path}: not a JSON object (or nested too deep)") from None
     if version != SCHEMA_VERSION:
         raise ContractError(
             f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"

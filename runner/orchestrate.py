@@ -84,17 +84,16 @@ def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
     return {side: workdir / "cache" / f"{side}-{workload}" for side in ("base", "head")}
 
 
-def probe_env(stem: str, cache: Path | None = None) -> dict[str, str]:
-    """The environment of a probe process; its compile cache is ``cache`` (shared with later
-    processes of its side), or a fresh folder of its own."""
-    shared = {}
-    if cache is not None:
+def probe_env(cache: Path, shared: bool = False) -> dict[str, str]:
+    """The environment of a probe process whose compile cache is ``cache``; ``shared``: later
+    processes of its side start from the same cache."""
+    extra = {}
+    if shared:
         # Dynamo would record the shapes it saw in the cache and compile the next process
         # dynamic from the start; each process must compile as a fresh run of the code would.
-        shared["TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"] = "0"
-    cache = cache if cache is not None else Path(tempfile.mkdtemp(prefix=f"perfcheck-{stem}-"))
+        extra["TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"] = "0"
     return {
-        **shared,
+        **extra,
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
@@ -154,9 +153,10 @@ def run_probe(
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
     spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
-    env = probe_env(stem, cache)
     start = time.monotonic()
-    ended = run_module(python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path)
+    with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
+        env = probe_env(cache, shared=True) if cache is not None else probe_env(Path(own))
+        ended = run_module(python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path)
     code = ended.code
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
@@ -251,6 +251,9 @@ def run_review(
         )
         task.finish(_paired_outcome(pair.base, pair.head))
         collected += [pair.base, pair.head]
+    # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
+    shutil.rmtree(workdir / "cache", ignore_errors=True)
+    reaper.reap_orphans()
     results = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
     for r in collected:
         review = results[r.workload]

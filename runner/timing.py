@@ -48,9 +48,7 @@ class WorkerFailed(Exception):
 class TimingWorker:
     """One side's worker process and its command/reply pipes."""
 
-    def __init__(
-        self, spec: ProbeSpec, python: str, workdir: Path, tag: str, cache: Path | None = None
-    ) -> None:
+    def __init__(self, spec: ProbeSpec, python: str, workdir: Path, tag: str, cache: Path) -> None:
         stem = f"{spec.side}-{spec.workload.name}-timing{tag}"
         spec_path = workdir / f"{stem}.spec.json"
         spec_path.write_text(spec.model_dump_json())
@@ -61,7 +59,7 @@ class TimingWorker:
             self.proc = subprocess.Popen(
                 [python, "-m", "perfcheck.runner.timing_worker", str(spec_path), str(write_fd)],
                 cwd=spec.tree,
-                env=probe_env(stem, cache),
+                env=probe_env(cache, shared=True),
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -37,6 +37,13 @@ def example(event: str, index: int = 0) -> dict[str, Any]:
     return copy.deepcopy(json.loads((DATA / "webhooks" / f"{event}.json").read_text())[index])
 
 
+def demo_result_at(sha: str) -> str:
+    """The recorded demo review as if its head tree had been a checkout of ``sha`` (publish checks)."""
+    review = json.loads((DATA / "demo-result.json").read_text())
+    review["head"]["revision"] = sha
+    return json.dumps(review)
+
+
 def command_event(
     github: FakeGitHub, body: str, login: str = "Codertocat", user_type: str = "User", number: int = 2
 ) -> dict[str, Any]:
@@ -434,7 +441,7 @@ def test_plan_then_publish_from_a_real_payload(github: FakeGitHub, tmp_path: Pat
 
     report = tmp_path / "report"
     report.mkdir()
-    (report / "result.json").write_text((DATA / "demo-result.json").read_text())
+    (report / "result.json").write_text(demo_result_at(HEAD))
     forged = _cli(
         ["publish", "--report", str(report), "--sha", HEAD, "--planned-by", "999"], github, tmp_path
     )
@@ -451,9 +458,13 @@ def test_plan_then_publish_from_a_real_payload(github: FakeGitHub, tmp_path: Pat
     assert "New graph break" in (tmp_path / "summary.md").read_text()
 
 
-def test_publish_refuses_a_result_for_another_commit(github: FakeGitHub, tmp_path: Path) -> None:
+@pytest.mark.parametrize("revision", ["d" * 40, "", "e", None, "not-a-sha"])
+def test_publish_refuses_a_result_for_another_commit(
+    github: FakeGitHub, tmp_path: Path, revision: str | None
+) -> None:
+    # What the job that ran PR code could write: another commit, or none at all, to match anything.
     review = json.loads((DATA / "demo-result.json").read_text())
-    review["head"]["revision"] = "d" * 40
+    review["head"]["revision"] = revision
     (tmp_path / "result.json").write_text(json.dumps(review))
     done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD], github, tmp_path)
     assert done.returncode == 2 and "refusing to publish" in done.stderr
@@ -461,7 +472,7 @@ def test_publish_refuses_a_result_for_another_commit(github: FakeGitHub, tmp_pat
 
 
 def test_publish_keeps_the_review_when_github_is_down(github: FakeGitHub, tmp_path: Path) -> None:
-    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    (tmp_path / "result.json").write_text(demo_result_at(HEAD))
     github.inject("GET", r".*", "502", times=100)
     done = _cli(
         ["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"],
@@ -474,9 +485,18 @@ def test_publish_keeps_the_review_when_github_is_down(github: FakeGitHub, tmp_pa
 
 
 def test_publish_checks_a_claimed_pr_against_the_api(github: FakeGitHub, tmp_path: Path) -> None:
-    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    (tmp_path / "result.json").write_text(demo_result_at(HEAD))
     github.add_pull(REPO, 5, head_sha="e" * 40, base_sha=BASE, files=["x.py"])
     done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "5"], github, tmp_path)
     assert done.returncode == 0, done.stderr
     assert "#5 is not at ec26c3e" in done.stderr
     assert github.comments(REPO, 5) == [] and github.check_runs(REPO, HEAD)[0]["conclusion"] == "failure"
+
+
+def test_a_huge_malformed_command_gets_a_short_reply(github: FakeGitHub, port: GitHubGateway) -> None:
+    # 70,000 characters: echoed whole, the reply would pass GitHub's 65,536 and plan would fail on 422.
+    ev = command_event(github, "/perfcheck " + "x" * 70_000)
+    decided = _plan_and_respond(port, "issue_comment", ev, Config())
+    assert not decided.run
+    reply = github.comments(REPO, 2)[-1]["body"]
+    assert len(reply) < 5_000 and "unknown command" in reply

@@ -383,9 +383,47 @@ def test_report_records_into_the_configured_store(tmp_path: Path) -> None:
     (tmp_path / "probes.json").write_text(probes.model_dump_json())
     db = tmp_path / "h" / "history.sqlite"
     (tmp_path / "perfcheck.yml").write_text(
-        f"workloads: [{{name: classifier, entry: model.py:build}}]\nhistory: {{enabled: true, path: '{db}'}}\n"
+        "workloads: [{name: classifier, entry: model.py:build}]\n"
+        f"history: {{enabled: true, path: '{db}'}}\n"
     )
     args = ["report", str(tmp_path / "probes.json"), "--config", str(tmp_path / "perfcheck.yml")]
     assert cli_main([*args, "--out", str(tmp_path / "out")]) == 1  # the demo fails
     with contextlib.closing(open_store(db, create=False)) as conn:
         assert [r.head for r in trend(conn, "classifier", "graph_breaks", 10)] == [1]
+
+
+def test_a_locked_history_store_is_a_message_and_the_review_is_kept(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import sqlite3
+
+    from perfcheck.cli import main as cli_main
+    from perfcheck.schema import ProbeRun, Shard
+
+    review = load_review(DEMO_RESULT)
+    probes = ProbeRun(
+        tool_version="0",
+        shard=Shard(index=1, count=1),
+        workload_set=[w.name for w in review.workloads],
+        base=review.base,
+        head=review.head,
+        workloads=review.workloads,
+    )
+    (tmp_path / "probes.json").write_text(probes.model_dump_json())
+    db = tmp_path / "history.sqlite"
+    open_store(db).close()
+    (tmp_path / "perfcheck.yml").write_text(
+        "workloads: [{name: classifier, entry: model.py:build}]\n"
+        f"history: {{enabled: true, path: '{db}'}}\n"
+    )
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process in the middle of writing
+    try:
+        args = ["report", str(tmp_path / "probes.json"), "--config", str(tmp_path / "perfcheck.yml")]
+        assert cli_main([*args, "--out", str(tmp_path / "out")]) == 2
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    err = capsys.readouterr().err
+    assert "in use by another process" in err and "nothing was recorded" in err and "Traceback" not in err
+    assert load_review(tmp_path / "out" / "result.json").verdict == "fail"  # the review is not lost

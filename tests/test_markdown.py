@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from perfcheck.bot import markdown
 
 
@@ -53,3 +55,36 @@ def test_cap_cuts_at_a_line_and_closes_what_is_open() -> None:
 
 def test_cap_leaves_short_bodies_alone() -> None:
     assert markdown.cap("short", 100, "pointer") == "short"
+
+
+def test_issue_references_link_nothing() -> None:
+    out = markdown.text("fixes #12, org/repo#3 and GH-9")
+    assert "#12" not in out and "repo#3" not in out and "GH-9" not in out
+    assert out.replace("<!-- -->", "") == "fixes #12, org/repo#3 and GH-9"
+
+
+def test_control_characters_are_shown_not_obeyed() -> None:
+    hostile = "\x1b[2J\x1b]0;pwned\x07ok\x9b"
+    for out in (markdown.cell(hostile), markdown.code(hostile), markdown.block(hostile)):
+        assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "␛" in markdown.block(hostile)
+
+
+def test_cap_closes_a_four_backtick_fence_with_four() -> None:
+    body = "intro\n````\n```\ninner lines stay code\n```\n" + "x" * 200 + "\nafter\n"
+    capped = markdown.cap(body, 80, "POINTER")
+    assert capped.endswith("````\n\nPOINTER")
+    assert len(capped) <= 80
+
+
+def test_one_huge_field_cannot_crowd_out_the_rest() -> None:
+    from perfcheck.bot.render import render_comment
+    from perfcheck.schema import load_review
+
+    review = load_review(Path(__file__).parent / "data" / "demo-result.json")
+    huge = review.findings[0].model_copy(update={"message": "y" * 200_000})
+    comment = render_comment(review.model_copy(update={"findings": [huge, *review.findings[1:]]}))
+    assert len(comment) < 65_536
+    assert "more characters" in comment
+    for f in review.findings[1:]:
+        assert f.message[:30] in comment.replace("\\", "")  # every later finding is still there

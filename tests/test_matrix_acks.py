@@ -154,7 +154,7 @@ def test_acked_findings_render_with_who_when_and_why() -> None:
 
 
 def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_path: Path) -> None:
-    from test_github import HEAD, REPO, TOKEN, _cli
+    from test_github import HEAD, REPO, TOKEN, _cli, demo_result_at
 
     fake_github.add_repo(REPO, default_branch="master")
     fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
@@ -170,7 +170,7 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
             REPO, 2, f"/perfcheck ack {category} classifier -- intended", user="Codertocat"
         )
     fake_github.add_comment(REPO, 2, "/perfcheck ack graph_break_added -- not my call", user="outsider")
-    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    (tmp_path / "result.json").write_text(demo_result_at(HEAD))
     done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"], fake_github, tmp_path)
     assert done.returncode == 0, done.stderr
     run = fake_github.check_runs(REPO, HEAD)[-1]
@@ -182,7 +182,7 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
 
 
 def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitHub, tmp_path: Path) -> None:
-    from test_github import HEAD, REPO, TOKEN, _cli
+    from test_github import HEAD, REPO, TOKEN, _cli, demo_result_at
 
     fake_github.add_repo(REPO, default_branch="master")
     fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
@@ -203,7 +203,7 @@ def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitH
         _cli(["publish", "--sha", HEAD, "--pr", "2", "--status", "queued"], fake_github, tmp_path).returncode
         == 0
     )
-    (tmp_path / "result.json").write_text((DATA / "demo-result.json").read_text())
+    (tmp_path / "result.json").write_text(demo_result_at(HEAD))
     done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "2"], fake_github, tmp_path)
     assert done.returncode == 0, done.stderr
     assert fake_github.check_runs(REPO, HEAD)[-1]["conclusion"] == "failure"

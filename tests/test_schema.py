@@ -108,3 +108,37 @@ def test_bot_side_imports_without_torch() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_hostile_results_are_refused_whole_not_a_traceback(tmp_path: Path) -> None:
+    import json as _json
+
+    base = _json.loads((Path(__file__).parent / "data" / "demo-result.json").read_text())
+    timing = next(r for r in base["workloads"][0]["head"] if r["probe"] == "timing")["timing"]
+
+    def with_step(value: object) -> dict:
+        doc = _json.loads(_json.dumps(base))
+        t = next(r for r in doc["workloads"][0]["head"] if r["probe"] == "timing")["timing"]
+        t["processes"][0]["step_ms"] = value
+        return doc
+
+    cases = {
+        "zero": with_step(0),
+        "negative": with_step(-1.0),
+        "empty processes": _json.loads(_json.dumps(base).replace(_json.dumps(timing["processes"]), "[]")),
+        "too many processes": _json.loads(
+            _json.dumps(base).replace(
+                _json.dumps(timing["processes"]), _json.dumps(timing["processes"] * 400)
+            )
+        ),
+    }
+    for name, doc in cases.items():
+        with pytest.raises(ContractError):
+            load_review(write(tmp_path, doc))
+            pytest.fail(f"a result with {name} was accepted")
+    (tmp_path / "nan.json").write_text(_json.dumps(with_step(float("nan"))))  # Python writes NaN
+    with pytest.raises(ContractError):
+        load_review(tmp_path / "nan.json")
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ContractError, match="nested too deep"):
+        load_review(tmp_path / "deep.json")
