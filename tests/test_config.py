@@ -87,3 +87,18 @@ def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
 def test_empty_file_means_defaults(tmp_path: Path) -> None:
     (tmp_path / "perfcheck.yml").write_text("# nothing yet\n")
     assert load_config(None, tmp_path).workloads[0].name == "mlp-tiny"
+
+
+def test_hostile_yaml_is_a_config_error_not_code() -> None:
+    from perfcheck.config import ConfigError, parse_config
+
+    with pytest.raises(ConfigError):
+        parse_config("workloads: !!python/object/apply:os.system ['touch /tmp/pwned']", "perfcheck.yml")
+    # Billion laughs: each alias quadruples the one before; safe_load shares them, and the keys
+    # are no settings.
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [*{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}, *{chr(97 + i)}]\n"
+        for i in range(8)
+    )
+    with pytest.raises(ConfigError):
+        parse_config(laughs, "perfcheck.yml")
