@@ -52,6 +52,7 @@ case "$mode" in
       --device "$PERFCHECK_DEVICE" --shard "$PERFCHECK_SHARD" "${config[@]}")
     if [[ -n "${PERFCHECK_WORKLOADS:-}" ]]; then args+=(--workloads "$PERFCHECK_WORKLOADS"); fi
     if [[ -n "${PERFCHECK_PROBES:-}" ]]; then args+=(--probes "$PERFCHECK_PROBES"); fi
+    if [[ -n "${PERFCHECK_SHA:-}" ]]; then args+=(--head-sha "$PERFCHECK_SHA"); fi
     ;;
   report)
     mapfile -t results < <(printf '%s\n' "${PERFCHECK_PROBE_RESULTS:-}" | sed '/^[[:space:]]*$/d')

@@ -46,6 +46,7 @@ def _request(args: argparse.Namespace) -> object:
         template_dir=getattr(args, "templates", None),
         jobs=args.jobs,
         shard=parse_shard(getattr(args, "shard", None) or "1/1"),
+        head_sha=getattr(args, "head_sha", None),
     )
 
 
@@ -459,6 +460,11 @@ def build_parser() -> argparse.ArgumentParser:
     _probe_arguments(probe)
     probe.add_argument(
         "--shard", default="1/1", metavar="I/N", help="run the I-th of N shares of the workloads"
+    )
+    probe.add_argument(
+        "--head-sha",
+        metavar="SHA",
+        help="the commit the head tree is (recorded when it is no git checkout; checked when it is)",
     )
     probe.set_defaults(func=_cmd_probe)
 

@@ -8,6 +8,7 @@ shard missing or repeated), compares, and writes result.json and comment.md.
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ class ReviewRequest:
     template_dir: Path | None = None
     jobs: int = 1
     shard: Shard = field(default_factory=lambda: Shard(index=1, count=1))
+    head_sha: str | None = None  # the commit the plan pinned, which the head tree must be
 
 
 def git_revision(tree: Path) -> str | None:
@@ -119,10 +121,24 @@ def assemble(workloads: list[WorkloadReview], config: Config, base: SideInfo, he
     return draft.model_copy(update={"summary": headline(draft)})
 
 
+def head_revision(head: Path, pinned: str | None) -> str | None:
+    """The head tree's commit: git's, which must be the pinned one when both are known; else the
+    pinned one (a tree copied out of a checkout)."""
+    found = git_revision(head)
+    if pinned is None:
+        return found
+    if not re.fullmatch(r"[0-9a-fA-F]{7,40}", pinned):
+        raise UsageError(f"--head-sha: expected 7 to 40 hex digits, got {pinned!r}")
+    if found is not None and not found.startswith(pinned.lower()):
+        raise UsageError(f"--head {head} is a checkout of {found[:12]}, not of --head-sha {pinned[:12]}")
+    return found or pinned.lower()
+
+
 def probe(request: ReviewRequest) -> ProbeRun:
     """Run this shard's probes on both sides and write OUT/probes.json."""
     base = check_tree(request.base, "--base")
     head = check_tree(request.head, "--head")
+    revision = head_revision(head, request.head_sha)
     chosen = select_workloads(request.config, request.workloads)
     probes = select_probes(request.probes)
     mine = shard_of(chosen, request.shard)
@@ -148,7 +164,7 @@ def probe(request: ReviewRequest) -> ProbeRun:
         shard=request.shard,
         workload_set=[w.name for w in chosen],
         base=SideInfo(tree=str(request.base), revision=git_revision(base)),
-        head=SideInfo(tree=str(request.head), revision=git_revision(head)),
+        head=SideInfo(tree=str(request.head), revision=revision),
         workloads=workloads,
     )
     (request.out_dir / "probes.json").write_text(result.model_dump_json(indent=1))

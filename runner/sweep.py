@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,10 +75,11 @@ def run_point(
     spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
     start = time.monotonic()
-    env = probe_env(f"sweep-{stem}")
-    ended = run_module(
-        python, "perfcheck.runner.sweep_worker", spec_path, spec.tree, env, timeout_s, log_path
-    )
+    with tempfile.TemporaryDirectory(prefix=f"perfcheck-sweep-{stem}-") as cache:
+        env = probe_env(Path(cache))
+        ended = run_module(
+            python, "perfcheck.runner.sweep_worker", spec_path, spec.tree, env, timeout_s, log_path
+        )
     code = ended.code
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
