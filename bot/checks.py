@@ -9,7 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from perfcheck.bot.render import COMMENT_LIMIT, finding_title, headline
+from perfcheck.bot import matrix
+from perfcheck.bot.render import COMMENT_LIMIT, headline
 from perfcheck.config import GitHubConfig
 from perfcheck.schema import Finding, Review, Verdict
 
@@ -62,7 +63,7 @@ def annotation(finding: Finding) -> dict[str, Any] | None:
         "start_line": loc.line,
         "end_line": loc.line,
         "annotation_level": _LEVELS[finding.severity],
-        "title": _plain(f"{finding_title(finding.category)} · {finding.workload}", _TITLE_LIMIT),
+        "title": _plain(f"{matrix.title(finding.category)} · {finding.workload}", _TITLE_LIMIT),
         "message": _plain(finding.message, _MESSAGE_LIMIT),
     }
     reason = finding.evidence.get("reason")

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from jinja2 import ChainableUndefined
+from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfcheck.config import MatrixEntry
@@ -26,12 +28,23 @@ class Rule(_Data):
     verify: list[str] = []
 
 
+class DetailField(_Data):
+    """An evidence field shown folded under a finding: its label is a Jinja expression over the
+    finding's ``evidence`` (perfcheck's own data; every report escapes the label it renders)."""
+
+    field: str
+    label: str
+    lang: str = ""
+
+
 class Entry(_Data):
+    title: str = Field(min_length=1, description="the finding's heading in every report")
     symptom: str
     causes: list[str] = Field(min_length=1)
     verify: list[str] = Field(min_length=1)
     docs: str | None = None
     rules: list[Rule] = []
+    details: list[DetailField] = []
 
 
 class MatrixError(ValueError):
@@ -58,8 +71,13 @@ def parse_matrix(text: str, source: str) -> dict[str, Entry]:
 
 @cache
 def builtin() -> dict[str, Entry]:
+    """perfcheck's own matrix: an entry, a title and its details for every finding category."""
     path = Path(__file__).with_name("matrix.yml")
-    return parse_matrix(path.read_text(encoding="utf-8"), str(path))
+    entries = parse_matrix(path.read_text(encoding="utf-8"), str(path))
+    missing = sorted(set(CATEGORIES) - set(entries))
+    if missing:
+        raise MatrixError(f"{path}: no entry for {', '.join(missing)}: every category needs one")
+    return entries
 
 
 def merged(overrides: dict[str, MatrixEntry]) -> dict[str, Entry]:
@@ -73,6 +91,8 @@ def merged(overrides: dict[str, MatrixEntry]) -> dict[str, Entry]:
         if not causes or not verify:
             raise MatrixError(f"matrix.{category}: a new category entry needs causes and verify")
         out[category] = Entry(
+            title=base.title if base else category.replace("_", " "),
+            details=base.details if base else [],
             symptom=symptom,
             causes=causes,
             verify=verify,
@@ -117,3 +137,32 @@ def resolve(finding: Finding, matrix: dict[str, Entry] | None = None) -> Resolve
     others = [c for c in entry.causes if c != cause][: 3 if rule else 2]
     verify = [_fill(c, finding) for c in [*(rule.verify if rule else []), *entry.verify]]
     return Resolved(entry.symptom, cause, others, list(dict.fromkeys(verify)), entry.docs)
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One folded evidence field of a finding, ready for a template to escape and show."""
+
+    label: str
+    text: str
+    lang: str
+
+
+_LABELS = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False)
+
+
+def title(category: str, matrix: dict[str, Entry] | None = None) -> str:
+    entry = (matrix if matrix is not None else builtin()).get(category)
+    return entry.title if entry is not None else category.replace("_", " ")
+
+
+def details(finding: Finding, matrix: dict[str, Entry] | None = None) -> list[Detail]:
+    """The finding's detail fields that hold text, in the matrix's order, with their labels."""
+    entry = (matrix if matrix is not None else builtin()).get(finding.category)
+    out = []
+    for d in entry.details if entry is not None else []:
+        value = finding.evidence.get(d.field)
+        if isinstance(value, str) and value.strip():
+            label = _LABELS.from_string(d.label).render(evidence=finding.evidence)
+            out.append(Detail(label, value, d.lang))
+    return out

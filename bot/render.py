@@ -12,7 +12,7 @@ import jinja2
 
 from perfcheck.bot import markdown
 from perfcheck.bot.charts import mermaid_step_chart
-from perfcheck.bot.matrix import Entry, resolve
+from perfcheck.bot.matrix import Entry, details, resolve, title
 from perfcheck.bot.timing_gate import METRIC_LABELS, peak_memory, side_figure
 from perfcheck.schema import (
     DdpVariantMetrics,
@@ -29,31 +29,6 @@ from perfcheck.schema import (
 MARKER = "<!-- perfcheck:review -->"
 COMMENT_LIMIT = 65536  # GitHub's limit on an issue comment body
 _ICONS = {"pass": "✅", "fail": "❌", "inconclusive": "⚠️"}
-_TITLES = {
-    "graph_break_added": "New graph break",
-    "graph_break_removed": "Graph break removed",
-    "recompile": "New recompilation",
-    "export_ir_changed": "Exported IR changed",
-    "export_op_denied": "Denied op in exported graph",
-    "export_failed": "torch.export fails",
-    "probe_crashed": "Probe crashed",
-    "probe_timeout": "Probe timed out",
-    "throughput_regression": "Slower steps",
-    "memory_regression": "More peak memory",
-    "compile_latency_regression": "Slower compile",
-    "environment_mismatch": "Different hardware",
-    "rank_graph_mismatch": "Ranks compiled different graphs",
-    "collective_drift": "Collectives changed",
-    "ddp_overlap_drop": "Less communication hidden behind compute",
-    "amp_fp32_fallback": "Matmul left in fp32 under autocast",
-    "custom_op_check_failed": "Custom op fails opcheck",
-    "host_overhead_regression": "More host work per step",
-    "kernel_mix_changed": "Kernel mix changed",
-}
-
-
-def finding_title(category: str) -> str:
-    return _TITLES.get(category, category.replace("_", " "))
 
 
 def templates_dir() -> Path:
@@ -406,7 +381,13 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
         "head_name": _side_name(review.head.tree, review.head.revision),
         "workloads": [{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
         "findings": [
-            {"n": i, "f": f, "title": finding_title(f.category), "entry": resolve(f, matrix)}
+            {
+                "n": i,
+                "f": f,
+                "title": title(f.category, matrix),
+                "entry": resolve(f, matrix),
+                "details": details(f, matrix),
+            }
             for i, f in enumerate(review.findings, start=1)
         ],
         "chart": mermaid_step_chart(review),

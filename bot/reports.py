@@ -22,26 +22,6 @@ CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
 JOB_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit on one step's job summary
 _POINTER = "Cut to fit GitHub's limit; the full review is in `result.json` and the HTML report."
 
-# Which evidence field explains a finding, with the label it is shown under and its code language.
-_DETAILS: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "graph_break_added": (("reason", "Dynamo's reason", ""),),
-    "graph_break_removed": (("reason", "Dynamo's reason", ""),),
-    "recompile": (("reason", "Guard that failed", ""),),
-    "export_ir_changed": (("diff", "Exported graph diff (base → head)", "diff"),),
-    "export_failed": (("error", "Export error", ""),),
-    "probe_crashed": (("detail", "Probe output", ""),),
-    "probe_timeout": (("detail", "Probe output", ""),),
-    "amp_fp32_fallback": (("reason", "Dynamo's reason", ""), ("ops", "Matmul/conv work in fp32", "diff")),
-    "custom_op_check_failed": (("message", "opcheck's message", ""),),
-}
-
-
-@dataclass(frozen=True)
-class Detail:
-    label: str
-    text: str
-    lang: str
-
 
 @dataclass(frozen=True)
 class SummaryRow:
@@ -54,15 +34,6 @@ class SummaryRow:
     recompiles: str
     export: str
     findings: str
-
-
-def finding_details(f: Finding) -> list[Detail]:
-    out = []
-    for key, label, lang in _DETAILS.get(f.category, ()):
-        value = f.evidence.get(key)
-        if isinstance(value, str) and value.strip():
-            out.append(Detail(label, value, lang))
-    return out
 
 
 def _where(f: Finding) -> str:
@@ -142,7 +113,7 @@ def _context(review: Review, matrix: dict[str, Entry] | None) -> dict[str, Any]:
     """The PR comment's context, plus where each finding is, its details and a one-row summary."""
     context = review_context(review, matrix)
     for item in context["findings"]:
-        item.update(where=_where(item["f"]), details=finding_details(item["f"]))
+        item["where"] = _where(item["f"])
     for row, wl in zip(context["workloads"], review.workloads, strict=True):
         row["summary"] = summary_row(wl, review.findings)
     return context

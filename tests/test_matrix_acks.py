@@ -75,7 +75,7 @@ def test_a_project_adds_its_own_cause_first() -> None:
 
 def test_bad_matrix_data_is_refused_clearly() -> None:
     with pytest.raises(MatrixError, match=r"recompile\.causes"):
-        parse_matrix("recompile: {symptom: s, causes: [], verify: [x]}", "m.yml")
+        parse_matrix("recompile: {title: t, symptom: s, causes: [], verify: [x]}", "m.yml")
     with pytest.raises(MatrixError, match="unknown categories nonsense"):
         parse_matrix("nonsense: {symptom: s, causes: [a], verify: [x]}", "m.yml")
     with pytest.raises(ConfigError, match="matrix: expected finding categories"):
@@ -209,3 +209,20 @@ def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitH
     assert fake_github.check_runs(REPO, HEAD)[-1]["conclusion"] == "failure"
     body = next(c for c in fake_github.comments(REPO, 2) if c["user"]["type"] == "Bot")["body"]
     assert "Acknowledged by" not in body and "no longer cover the head" in body
+
+
+def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
+    from perfcheck.bot.matrix import builtin
+    from perfcheck.schema import CATEGORIES
+
+    entries = builtin()
+    assert set(entries) == set(CATEGORIES)
+    for category, entry in entries.items():
+        assert entry.title and entry.symptom and entry.causes and entry.verify, category
+        for d in entry.details:
+            assert d.field and d.label, category
+    # The templates name no category: they show what a finding carries.
+    templates = Path(__file__).resolve().parent.parent / "templates"
+    for template in templates.glob("*.j2"):
+        text = template.read_text()
+        assert not [c for c in CATEGORIES if f'"{c}"' in text], template.name
