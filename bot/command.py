@@ -11,13 +11,16 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from perfcheck.config import PROBE_NAMES
+from perfcheck.config import probe_names
 from perfcheck.schema import CATEGORIES
 
 PREFIX = "/perfcheck"
 
-USAGE = f"""\
-`{PREFIX}` or `{PREFIX} run [--workloads a,b] [--probes {",".join(PROBE_NAMES)}] [--device cpu|cuda]`\
+
+def usage() -> str:
+    """The command's help, naming every probe registered now."""
+    return f"""\
+`{PREFIX}` or `{PREFIX} run [--workloads a,b] [--probes {",".join(probe_names())}] [--device cpu|cuda]`\
  `[--sha SHA]`
 : review this PR's head commit now; from a fork, approves probing it on self-hosted runners: the
 head as it was when you commented, or exactly `--sha`
@@ -97,9 +100,10 @@ def parse_command(body: str) -> Command | None:
         return Command(verb="help")
     if verb == "run" or verb.startswith("--"):
         args = _run_parser().parse_args(rest if verb == "run" else words)
-        unknown = [p for p in args.probes if p not in PROBE_NAMES]
+        known = probe_names()
+        unknown = [p for p in args.probes if p not in known]
         if unknown:
-            raise CommandError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBE_NAMES)}")
+            raise CommandError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(known)}")
         return Command(
             verb="run", workloads=args.workloads, probes=args.probes, device=args.device, sha=args.sha
         )

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from perfcheck.bot import markdown
-from perfcheck.bot.command import USAGE, Command, CommandError, is_command, parse_command
+from perfcheck.bot.command import Command, CommandError, is_command, parse_command, usage
 from perfcheck.bot.events import (
     CheckRunEvent,
     IssueCommentEvent,
@@ -193,7 +193,7 @@ def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
         "reaction": "eyes",
     }
     if cmd.verb == "help":
-        return Plan(run=False, reason="help", reply=USAGE, **common)
+        return Plan(run=False, reason="help", reply=usage(), **common)
     if cmd.verb == "ack":
         ack = Ack(
             category=cmd.category or "",
@@ -290,7 +290,7 @@ def plan_issue_comment(ev: IssueCommentEvent, ctx: Context) -> Plan:
     try:
         cmd = parse_command(ev.comment.body)
     except CommandError as err:
-        return _refuse(ev, "malformed command", f"{markdown.block(str(err)[:MAX_ECHO])}\n\n{USAGE}")
+        return _refuse(ev, "malformed command", f"{markdown.block(str(err)[:MAX_ECHO])}\n\n{usage()}")
     assert cmd is not None
     return _accepted(ev, cmd, ctx)
 

@@ -14,7 +14,8 @@ from markupsafe import Markup
 
 from perfcheck.bot import charts, markdown
 from perfcheck.bot.matrix import Entry
-from perfcheck.bot.render import delta_cell, review_context, template_env, templates_dir
+from perfcheck.bot.probes.timing import delta_cell
+from perfcheck.bot.render import review_context, template_env, templates_dir
 from perfcheck.bot.timing_gate import headline_metric, side_figure, throughput_figures
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 

@@ -14,10 +14,21 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
-PROBE_NAMES = ("compile", "export", "timing", "ddp", "amp", "custom_ops", "profile")
-# What runs when neither --probes nor a workload's `probes` says: the single-process checks. The
-# others cost more (several processes, a profile pass) and are asked for by name.
-DEFAULT_PROBES = ("compile", "export", "timing")
+
+
+def probe_names() -> tuple[str, ...]:
+    """Every probe the review knows (the registry in bot/probes), built-in or a plugin's."""
+    from perfcheck.bot import probes
+
+    return probes.names()
+
+
+def default_probes() -> tuple[str, ...]:
+    """What runs when neither --probes nor a workload's `probes` says: the single-process checks.
+    The others cost more (several processes, a profile pass) and are asked for by name."""
+    from perfcheck.bot import probes
+
+    return probes.defaults()
 DEFAULT_WORKLOAD = "mlp-tiny"
 
 _OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
@@ -60,8 +71,8 @@ class WorkloadConfig(_Section):
     @classmethod
     def _probes(cls, v: list[str] | None) -> list[str] | None:
         for p in v or []:
-            if p not in PROBE_NAMES:
-                raise ValueError(f"probe names from {', '.join(PROBE_NAMES)}; got {p!r}")
+            if p not in probe_names():
+                raise ValueError(f"probe names from {', '.join(probe_names())}; got {p!r}")
         return v
 
 
@@ -337,7 +348,7 @@ def planned_probes(
     return [
         (wl, p)
         for wl in workloads
-        for p in (probes or wl.probes or DEFAULT_PROBES)
+        for p in (probes or wl.probes or default_probes())
         if not probes or wl.probes is None or p in wl.probes
     ]
 

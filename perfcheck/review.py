@@ -20,7 +20,7 @@ from perfcheck.bot.compare import compare
 from perfcheck.bot.matrix import merged
 from perfcheck.bot.render import headline, render_comment
 from perfcheck.bot.reports import render_html
-from perfcheck.config import PROBE_NAMES, Config, WorkloadConfig, planned_probes
+from perfcheck.config import Config, WorkloadConfig, planned_probes, probe_names
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
 from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
 
@@ -80,10 +80,11 @@ def select_workloads(config: Config, names: tuple[str, ...]) -> list[WorkloadCon
 
 
 def select_probes(names: tuple[str, ...]) -> tuple[str, ...]:
-    unknown = [n for n in names if n not in PROBE_NAMES]
+    known = probe_names()
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise UsageError(f"--probes: unknown probe(s) {', '.join(unknown)}; known: {', '.join(PROBE_NAMES)}")
-    return names  # empty: each workload's own `probes`, else DEFAULT_PROBES
+        raise UsageError(f"--probes: unknown probe(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    return names  # empty: each workload's own `probes`, else the default ones
 
 
 def check_tree(path: Path, flag: str) -> Path:

@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from perfcheck.bot import probes
 from perfcheck.bot.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.config import Config, WorkloadConfig, planned_probes
 from perfcheck.progress import Progress
@@ -28,7 +29,6 @@ from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, l
 from perfcheck.spec import ProbeSpec
 
 LOG_TAIL_LINES = 12
-PAIRED_PROBES = ("timing",)
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class ReviewRun:
     config: Config
     device: str = "cpu"
     workloads: list[WorkloadConfig] = field(default_factory=list)
-    probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else DEFAULT_PROBES
+    probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else the default ones
     out_dir: Path = Path("perfcheck-out")
     jobs: int = 1
 
@@ -218,8 +218,9 @@ def run_review(
     # Per-side probes go base then head, interleaved, so drift over the run hits both sides; with
     # jobs > 1 they overlap (structure does not depend on timing). Timing runs alone, both sides
     # at once in alternating rounds, after everything else has finished.
-    single = [(wl, p, side) for wl, p in wanted if p not in PAIRED_PROBES for side in (run.base, run.head)]
-    paired = [(wl, p) for wl, p in wanted if p in PAIRED_PROBES]
+    paired_names = {k.name for k in probes.kinds() if k.paired}
+    single = [(wl, p, side) for wl, p in wanted if p not in paired_names for side in (run.base, run.head)]
+    paired = [(wl, p) for wl, p in wanted if p in paired_names]
     progress = progress_factory(len(single) + len(paired))
 
     def one(item: tuple[WorkloadConfig, str, SideSetup]) -> ProbeResult:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.bot.compare_amp import amp_findings
+from perfcheck.bot.probes.amp import amp_findings
 from perfcheck.bot.render import render_comment
 from perfcheck.config import Config, parse_config
 from perfcheck.runner.probes.amp_probe import (

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from perfcheck.bot.compare import compare, normalize_guard
+from perfcheck.bot.compare import compare
+from perfcheck.bot.probes.compile import normalize_guard
 from perfcheck.config import Config, parse_config
 from perfcheck.schema import (
     CompileMetrics,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.bot.compare_custom_ops import custom_op_findings
+from perfcheck.bot.probes.custom_ops import custom_op_findings
 from perfcheck.bot.render import render_comment
 from perfcheck.config import Config, CustomOpsConfig, WorkloadConfig, parse_config
 from perfcheck.runner.loader import load_build

@@ -8,7 +8,7 @@ from typing import Literal
 
 from conftest import ReviewFn, fast_config, model_tree
 
-from perfcheck.bot.compare_profile import LISTED_LIMIT, findings
+from perfcheck.bot.probes.profile import LISTED_LIMIT, findings
 from perfcheck.bot.trace import summarize
 from perfcheck.config import Config, parse_config
 from perfcheck.schema import Finding, KernelStat, ProbeResult, Side, TraceMetrics

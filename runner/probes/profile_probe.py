@@ -21,7 +21,7 @@ import torch
 import torch._dynamo
 from torch.profiler import ProfilerActivity
 
-from perfcheck.bot.compare_profile import LISTED_LIMIT
+from perfcheck.bot.probes.profile import LISTED_LIMIT
 from perfcheck.bot.trace.summary import OpTotal, TraceSummary, summarize
 from perfcheck.runner import step as steps
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register

@@ -10,8 +10,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
-from perfcheck.schema import AmpMetrics, AmpOp, Finding, GraphBreak, ProbeResult, SourceLocation
+from perfcheck.schema import (
+    AmpMetrics,
+    AmpOp,
+    Finding,
+    GraphBreak,
+    ProbeResult,
+    SourceLocation,
+    WorkloadReview,
+)
 
 MAX_LISTED_OPS = 40
 
@@ -104,3 +113,29 @@ def amp_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) 
     )
     out += [_break_finding(wl, gb, added[break_key(gb)]) for gb in h.autocast_breaks if added[break_key(gb)]]
     return out
+
+
+def rows(ba: ProbeResult | None, ha: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
+    rows: list[Row] = []
+    if ba or ha:
+
+        def fp32(r: ProbeResult | None) -> str:
+            if r is None or r.amp is None:
+                return status_cell(r) or "—"
+            return f"{sum(o.count for o in r.amp.fp32_ops)} fp32 / {r.amp.low_precision_ops} {r.amp.dtype}"
+
+        dtype = next((r.amp.dtype for r in (ha, ba) if r and r.amp), "low precision")
+        rows.append(Row(f"matmul/conv ops under {dtype} autocast", fp32(ba), fp32(ha), ""))
+    return rows
+
+
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    return Compared(amp_findings(wl, base, head, config))
+
+
+PROBE = ProbeKind(
+    name="amp",
+    summary="matmul/conv-class ops left in fp32 under autocast, autocast-boundary breaks, fp32 GEMMs",
+    compare=compare,
+    rows=rows,
+)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfcheck.bot.probes.kind import Compared, ProbeKind
 from perfcheck.bot.trace.diff import Change, diff_times
 from perfcheck.bot.trace.names import short_name
 from perfcheck.config import Config
@@ -124,3 +125,14 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
             evidence=evidence,
         )
     ]
+
+
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    return Compared(findings(wl, base, head, config))
+
+
+PROBE = ProbeKind(
+    name="profile",
+    summary="a profiler pass of its own: per-kernel time, added and removed kernels, time breakdown",
+    compare=compare,
+)

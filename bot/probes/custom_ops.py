@@ -6,8 +6,9 @@ way on both sides is old news, still shown so it is not forgotten (warning).
 
 from __future__ import annotations
 
+from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
-from perfcheck.schema import CustomOpCheck, Finding, ProbeResult
+from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
 NO_CHECK = "opcheck"
@@ -41,3 +42,29 @@ def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Co
             )
         )
     return out
+
+
+def rows(bo: ProbeResult | None, ho: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
+    rows: list[Row] = []
+    if bo or ho:
+
+        def passing(r: ProbeResult | None) -> str:
+            if r is None or r.custom_ops is None:
+                return status_cell(r) or "—"
+            ops = r.custom_ops.ops
+            return f"{sum(o.ok for o in ops)} of {len(ops)} pass"
+
+        rows.append(Row("custom ops (opcheck)", passing(bo), passing(ho), ""))
+    return rows
+
+
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    return Compared(custom_op_findings(wl, base, head, config))
+
+
+PROBE = ProbeKind(
+    name="custom_ops",
+    summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
+    compare=compare,
+    rows=rows,
+)

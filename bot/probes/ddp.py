@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult
+from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, WorkloadReview
 
 
 def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
@@ -115,3 +116,45 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
                     )
                 )
     return out
+
+
+def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
+    def variants(r: ProbeResult | None) -> dict[str, DdpVariantMetrics]:
+        return {v.variant: v for v in r.ddp.variants} if r and r.ddp else {}
+
+    bv, hv = variants(bd), variants(hd)
+    world = (hd or bd).ddp.world_size if (hd or bd) and (hd or bd).ddp else "?"  # type: ignore[union-attr]
+    rows: list[Row] = []
+    for name in [*bv, *[n for n in hv if n not in bv]]:
+        b, h = bv.get(name), hv.get(name)
+
+        def cell(v: DdpVariantMetrics | None, r: ProbeResult | None) -> str:
+            if v is None:
+                return status_cell(r) or "—"
+            if v.error:
+                return "fails"
+            overlap = f", {v.comm_overlap_pct:.0f} % hidden" if v.comm_overlap_pct is not None else ""
+            calls = sum(c.count for c in v.collectives)
+            step = f"{v.step_ms:.1f} ms" if v.step_ms is not None else "—"
+            graphs = ""
+            if v.variant != "eager":
+                breaks = sum(g.count for g in v.graph_breaks)
+                graphs = f", {v.graph_count} graph{'s' if v.graph_count != 1 else ''}"
+                graphs += f" ({breaks} break{'s' if breaks != 1 else ''}, {v.ddp_splits} DDP splits)"
+            return f"{step}{graphs}, {calls} collectives{overlap}"
+
+        ranks = f"{world} rank{'s' if world != 1 else ''}"
+        rows.append(Row(f"DDP {name} ({ranks})", cell(b, bd), cell(h, hd), ""))
+    return rows
+
+
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    return Compared(findings(wl, base, head, config))
+
+
+PROBE = ProbeKind(
+    name="ddp",
+    summary="DDP under torchrun: eager, compile(DDP), DDP(compile); rank graphs, collectives, overlap",
+    compare=compare,
+    rows=rows,
+)

@@ -1,0 +1,118 @@
+"""The export probe, reviewed: the canonical exported graph's hash and ops, denied ops, failures."""
+
+from __future__ import annotations
+
+import difflib
+
+from perfcheck.bot.probes.kind import Compared, ProbeKind, Row
+from perfcheck.config import Config
+from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
+
+MAX_DIFF_LINES = 120
+
+
+def _export_findings(wl: str, base: ProbeResult, head: ProbeResult) -> list[Finding]:
+    out: list[Finding] = []
+    b: ExportMetrics | None = base.export
+    h: ExportMetrics | None = head.export
+    if h is None:
+        return out
+    if head.status == "failed":
+        base_failed = base.status == "failed"
+        out.append(
+            Finding(
+                category="export_failed",
+                severity="warning" if base_failed else "error",
+                workload=wl,
+                probe="export",
+                location=h.error_location,
+                message=f"torch.export fails{' (as on base)' if base_failed else ''}: {h.error_type}",
+                evidence={"error_type": h.error_type, "error": (h.error_message or "")[:2000]},
+            )
+        )
+        return out
+    base_denied = set(b.denied_ops) if b is not None else set()
+    for op in h.denied_ops:
+        known = op in base_denied
+        out.append(
+            Finding(
+                category="export_op_denied",
+                severity="warning" if known else "error",
+                workload=wl,
+                probe="export",
+                message=f"exported graph uses `{op}`, which the config does not allow"
+                + (" (as on base)" if known else ""),
+                evidence={"op": op, "count": h.op_counts.get(op, 0)},
+            )
+        )
+    if b is not None and base.status == "ok" and b.graph_sha256 != h.graph_sha256:
+        ops = sorted(set(b.op_counts) | set(h.op_counts))
+        op_diff = {
+            op: [b.op_counts.get(op, 0), h.op_counts.get(op, 0)]
+            for op in ops
+            if b.op_counts.get(op, 0) != h.op_counts.get(op, 0)
+        }
+        diff = list(
+            difflib.unified_diff(
+                (b.graph_text or "").splitlines(),
+                (h.graph_text or "").splitlines(),
+                "base",
+                "head",
+                lineterm="",
+                n=1,
+            )
+        )
+        summary = (
+            ", ".join(f"{op} {n0}→{n1}" for op, (n0, n1) in op_diff.items()) or "same ops, different graph"
+        )
+        out.append(
+            Finding(
+                category="export_ir_changed",
+                severity="error",
+                workload=wl,
+                probe="export",
+                message=f"ops: {summary}",
+                evidence={
+                    "base_sha256": b.graph_sha256,
+                    "head_sha256": h.graph_sha256,
+                    "op_diff": op_diff,
+                    "diff": "\n".join(diff[:MAX_DIFF_LINES]),
+                    "diff_truncated": len(diff) > MAX_DIFF_LINES,
+                },
+            )
+        )
+    return out
+
+
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    return Compared(_export_findings(wl, base, head))
+
+
+def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
+    rows: list[Row] = []
+    if be or he:
+        bx = be.export if be else None
+        hx = he.export if he else None
+
+        def ir(r: ProbeResult | None) -> str:
+            if r is None:
+                return "—"
+            if r.status == "failed":
+                return "fails"
+            if r.export is None or r.export.graph_sha256 is None:
+                return r.status
+            return f"{r.export.graph_sha256[:10]} ({sum(r.export.op_counts.values())} ops)"
+
+        same = bx is not None and hx is not None and bx.graph_sha256 and bx.graph_sha256 == hx.graph_sha256
+        rows.append(Row("export IR", ir(be), ir(he), "=" if same else ("changed" if bx and hx else "")))
+    return rows
+
+
+PROBE = ProbeKind(
+    name="export",
+    summary="the canonical torch.export graph: hash, op multiset, allow/deny lists, failures",
+    default=True,
+    compare=compare,
+    rows=rows,
+    compared=("ok", "failed"),
+)
