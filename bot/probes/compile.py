@@ -32,41 +32,6 @@ def normalize_guard(reason: str) -> str:
     return re.sub(r"\d+", "N", text)
 
 
-def _status_findings(
-    wl: str, probe: str, base: ProbeResult | None, head: ProbeResult | None, inconclusive: list[str]
-) -> list[Finding]:
-    out: list[Finding] = []
-    for side, result in (("head", head), ("base", base)):
-        if result is None or result.status not in ("crashed", "timeout"):
-            continue
-        category = "probe_crashed" if result.status == "crashed" else "probe_timeout"
-        what = f"the {probe} probe {'crashed' if result.status == 'crashed' else 'timed out'} on {side}"
-        other = base if side == "head" else head
-        both = other is not None and other.status == result.status
-        if side == "head":
-            severity = "warning" if both else "error"
-            message = f"{what} (it does on base too)" if both else what
-            if both:
-                inconclusive.append(f"{wl}/{probe}: neither side could be probed")
-        else:
-            if both:
-                continue  # already reported from the head side
-            severity = "warning"
-            message = f"{what}: head cannot be compared"
-            inconclusive.append(f"{wl}/{probe}: base could not be probed")
-        out.append(
-            Finding(
-                category=category,
-                severity=severity,
-                workload=wl,
-                probe=probe,
-                message=message,  # type: ignore[arg-type]
-                evidence={"side": side, "detail": result.message or ""},
-            )
-        )
-    return out
-
-
 def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> list[Finding]:
     out: list[Finding] = []
     base_breaks = Counter({_break_key(b): b.count for b in base.graph_breaks})
