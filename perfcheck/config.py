@@ -29,6 +29,8 @@ def default_probes() -> tuple[str, ...]:
     from perfcheck.bot import probes
 
     return probes.defaults()
+
+
 DEFAULT_WORKLOAD = "mlp-tiny"
 
 _OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
