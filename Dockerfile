@@ -11,6 +11,7 @@ FROM scratch AS source
 COPY pyproject.toml README.md LICENSE /src/
 COPY perfcheck /src/perfcheck
 COPY bot /src/bot
+COPY core /src/core
 COPY runner /src/runner
 COPY templates /src/templates
 COPY docker/install-perfcheck.sh /src/docker/install-perfcheck.sh

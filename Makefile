@@ -37,6 +37,7 @@ test: setup $(OPENAPI)
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-actions action.yml
 	$(VENV)/bin/check-jsonschema --builtin-schema vendor.github-workflows examples/workflows/*.yml
 	$(VENV)/bin/actionlint -config-file .github/actionlint.yaml examples/workflows/*.yml

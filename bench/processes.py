@@ -29,9 +29,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from perfcheck.bot.stats import ProcessEstimate, process_ratio
-from perfcheck.bot.timing_gate import decide, metric, sequential
 from perfcheck.config import BudgetsConfig, CompileConfig, TimingConfig, WorkloadConfig
+from perfcheck.core.stats import ProcessEstimate, process_ratio
+from perfcheck.core.timing_gate import decide, metric, sequential
 from perfcheck.runner.orchestrate import SideSetup, side_caches
 from perfcheck.runner.timing import SIDES, Condition, SideRecord, run_pairs, shared_cpu
 from perfcheck.schema import MetricChange, Plant, TimingChange, TimingProcess

@@ -23,7 +23,7 @@ trap 'rm -rf "$work"' EXIT
 import sys
 from pathlib import Path
 
-from perfcheck.bot.reports import render_html
+from perfcheck.core.reports import render_html
 from perfcheck.schema import load_review
 
 Path(sys.argv[2]).write_text(render_html(load_review(Path(sys.argv[1]))), encoding="utf-8")

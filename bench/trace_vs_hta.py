@@ -48,7 +48,7 @@ def _peak_rss_mb() -> float:
 
 def _ours(files: list[Path], hta_rounding: bool) -> dict[str, Any]:
     start = time.perf_counter()
-    from perfcheck.bot.trace import diff_times, summarize
+    from perfcheck.core.trace import diff_times, summarize
 
     imported = time.perf_counter()
     figures, summaries, analysis = {}, [], []

@@ -4,14 +4,14 @@ Annotations are plain text on GitHub (no Markdown), but they still come from PR 
 characters are dropped and every field is cut to GitHub's size limits.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: it would bind the name `annotations`, which this module
+# defines as a function. Every annotation here is valid at runtime on Python 3.10+.
 import re
 from typing import Any, Literal
 
-from perfcheck.bot import matrix
-from perfcheck.bot.render import COMMENT_LIMIT, headline
 from perfcheck.config import GitHubConfig
+from perfcheck.core import matrix
+from perfcheck.core.render import COMMENT_LIMIT, headline
 from perfcheck.schema import Finding, Review, Verdict
 
 SUMMARY_LIMIT = 65535  # output.summary and output.text

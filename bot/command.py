@@ -12,7 +12,7 @@ import shlex
 from dataclasses import dataclass
 
 from perfcheck.config import probe_names
-from perfcheck.schema import CATEGORIES
+from perfcheck.schema import categories
 
 PREFIX = "/perfcheck"
 
@@ -116,8 +116,8 @@ def parse_command(body: str) -> Command | None:
         head, reason = rest[:split], " ".join(rest[split + 1 :]).strip()
         if not head or len(head) > 2:
             raise CommandError("`ack` takes a CATEGORY and optionally a WORKLOAD before `--`")
-        if head[0] not in CATEGORIES:
-            raise CommandError(f"unknown category {head[0]!r}; categories: {', '.join(CATEGORIES)}")
+        if head[0] not in categories():
+            raise CommandError(f"unknown category {head[0]!r}; categories: {', '.join(categories())}")
         if not reason:
             raise CommandError("`ack` needs a reason after `--`")
         return Command(

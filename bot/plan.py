@@ -12,11 +12,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
-from perfcheck.bot import markdown
 from perfcheck.bot.command import Command, CommandError, is_command, parse_command, usage
 from perfcheck.bot.events import (
     CheckRunEvent,
@@ -31,6 +30,7 @@ from perfcheck.bot.events import (
 )
 from perfcheck.bot.timestamps import instant
 from perfcheck.config import Config
+from perfcheck.core import markdown
 
 # Collaborator permissions, weakest first; the API's `role_name` adds triage and maintain.
 PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
@@ -68,6 +68,14 @@ class Plan(BaseModel):
     ack: Ack | None = None
     reply: str | None = None
     reaction: Literal["eyes", "confused"] | None = None
+
+
+class _PullCommits(TypedDict):
+    """The pull request and the commits a plan for it names."""
+
+    pr_number: int
+    head_sha: str
+    base_sha: str
 
 
 @dataclass(frozen=True)
@@ -125,7 +133,7 @@ def _skip(event: str, action: str | None, repo: str, reason: str, **extra: Any) 
 
 def plan_pull_request(ev: PullRequestEvent, ctx: Context) -> Plan:
     pr, repo = ev.pull_request, ev.repository.full_name
-    where = {"pr_number": pr.number, "head_sha": pr.head.sha, "base_sha": pr.base.sha}
+    where: _PullCommits = {"pr_number": pr.number, "head_sha": pr.head.sha, "base_sha": pr.base.sha}
     if ev.action not in PR_ACTIONS:
         return _skip("pull_request", ev.action, repo, f"`{ev.action}` does not change what would be reviewed")
     if ev.action == "labeled" and (ev.label is None or ev.label.name != ctx.rerun_label):
@@ -319,7 +327,7 @@ def _dispatch_plan(
         value = inputs.get(key) or ""
         return [w.strip() for w in str(value).split(",") if w.strip()]
 
-    pr = inputs.get("pr") or inputs.get("pr_number")
+    pr = str(inputs.get("pr") or inputs.get("pr_number") or "")
     return Plan(
         run=True,
         reason=f"{event} requested",
@@ -327,7 +335,7 @@ def _dispatch_plan(
         action=action,
         repository=repo,
         head_sha=str(inputs.get("sha") or sha or "") or None,
-        pr_number=int(pr) if str(pr or "").isdigit() else None,
+        pr_number=int(pr) if pr.isdigit() else None,
         workloads=words("workloads"),
         probes=words("probes"),
         device=str(inputs["device"]) if inputs.get("device") in ("cpu", "cuda") else None,

@@ -14,13 +14,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from perfcheck.bot import markdown
-from perfcheck.bot.checks import ANNOTATIONS_PER_REQUEST, SUMMARY_LIMIT, annotations, conclusion, title
+from perfcheck.bot.checks import ANNOTATIONS_PER_REQUEST, SUMMARY_LIMIT, conclusion, title
+from perfcheck.bot.checks import annotations as check_annotations
 from perfcheck.bot.gateway import ExistingComment, GitHubPort, batched
-from perfcheck.bot.matrix import Entry
-from perfcheck.bot.render import COMMENT_LIMIT, render_comment
-from perfcheck.bot.reports import render_check_summary
 from perfcheck.config import GitHubConfig
+from perfcheck.core import markdown
+from perfcheck.core.matrix import Entry
+from perfcheck.core.render import COMMENT_LIMIT, render_comment
+from perfcheck.core.reports import render_check_summary
 from perfcheck.schema import Review, Verdict
 
 STATE_PREFIX = "<!-- perfcheck:state"
@@ -194,7 +195,7 @@ def publish_review(
         comment = f"{action.kind if action.kind != 'none' else 'left as is'}: {action.why}"
 
     output = check_output(review, template_dir, matrix)
-    notes = annotations(review)
+    notes = check_annotations(review)
     started: dict[str, Any] = {"status": "in_progress", "started_at": _now()}
     if target.details_url:
         started["details_url"] = target.details_url

@@ -16,6 +16,7 @@ from typing import Any
 
 from perfcheck import __version__
 from perfcheck.argtypes import positive
+from perfcheck.config import default_probes, probe_names
 from perfcheck.history_cli import add_history_parser
 from perfcheck.report_cli import add_html_parser
 from perfcheck.sweep_cli import add_sweep_parser
@@ -55,8 +56,8 @@ def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> 
     import os
 
     from perfcheck.bot.actions_io import write_outputs
-    from perfcheck.bot.matrix import merged
-    from perfcheck.bot.reports import render_job_summary
+    from perfcheck.core.matrix import merged
+    from perfcheck.core.reports import render_job_summary
 
     write_outputs(
         {
@@ -123,8 +124,8 @@ def _planned_scope(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from perfcheck.bot.history import HistoryError
     from perfcheck.config import ConfigError, load_config
+    from perfcheck.core.history import HistoryError
     from perfcheck.review import EXIT_CODES, ShardError, UsageError, expected_results, report
     from perfcheck.schema import ContractError, load_probe_run
 
@@ -158,7 +159,7 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from perfcheck.bot.render import render_comment
+    from perfcheck.core.render import render_comment
     from perfcheck.schema import ContractError, load_review
 
     try:
@@ -240,7 +241,6 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_publish(args: argparse.Namespace) -> int:
     from perfcheck.bot import acks
     from perfcheck.bot.gateway import DryRunGitHub, GitHubError
-    from perfcheck.bot.matrix import merged
     from perfcheck.bot.plan import Plan
     from perfcheck.bot.publish import (
         PublishRefused,
@@ -250,10 +250,11 @@ def _cmd_publish(args: argparse.Namespace) -> int:
         publish_review,
         verify_planned,
     )
-    from perfcheck.bot.render import headline
-    from perfcheck.bot.reports import render_job_summary
     from perfcheck.bot.settings import GitHubSettings
     from perfcheck.config import ConfigError, load_config
+    from perfcheck.core.matrix import merged
+    from perfcheck.core.render import headline
+    from perfcheck.core.reports import render_job_summary
     from perfcheck.schema import ContractError, load_model, load_review
 
     settings = GitHubSettings.from_environ()
@@ -320,13 +321,13 @@ def _cmd_publish(args: argparse.Namespace) -> int:
             )
             target = replace(target, pr_number=None)
         elif target.pr_number is None and not args.no_comment:
-            found = port.pulls_for_commit(sha)  # type: ignore[attr-defined]
+            found = port.pulls_for_commit(sha)
             target = replace(target, pr_number=found[0] if found else None)
         if args.no_comment:
             target = replace(target, pr_number=None)
         if review is None:
             heading = "In progress" if args.status == "in_progress" else "Queued"
-            mark_check(port, target, config.github, args.status, heading, args.summary or heading)  # type: ignore[arg-type]
+            mark_check(port, target, config.github, args.status, heading, args.summary or heading)
             name = config.github.check_name
             print(f"perfcheck: check {name!r} on {sha[:7]}: {args.status}", file=sys.stderr)
             return 0
@@ -338,7 +339,7 @@ def _cmd_publish(args: argparse.Namespace) -> int:
                 port.permission,
                 config.github.command_permission,
                 sha,
-                port.first_check_started(sha, config.github.check_name),  # type: ignore[attr-defined]
+                port.first_check_started(sha, config.github.check_name),
             )
         review = acks.apply(review, found)
         review = review.model_copy(update={"summary": headline(review)})
@@ -415,7 +416,11 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
         "--workloads", type=_csv, default=(), help="comma-separated workload names (default: all)"
     )
     parser.add_argument(
-        "--probes", type=_csv, default=(), help="comma-separated probes: compile,export,timing (default: all)"
+        "--probes",
+        type=_csv,
+        default=(),
+        help=f"comma-separated, of {', '.join(probe_names())} and the config's plugin probes "
+        f"(default: each workload's `probes`, else {', '.join(default_probes())})",
     )
     parser.add_argument("--base-python", help="python interpreter for the base side (default: this one)")
     parser.add_argument("--head-python", help="python interpreter for the head side (default: this one)")

@@ -17,8 +17,8 @@ CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
 
 
 def probe_names() -> tuple[str, ...]:
-    """Every probe the review knows (the registry in bot/probes), built-in or a plugin's."""
-    from perfcheck.bot import probes
+    """Every probe the review knows (the registry in core/probes), built-in or a plugin's."""
+    from perfcheck.core import probes
 
     return probes.names()
 
@@ -26,7 +26,7 @@ def probe_names() -> tuple[str, ...]:
 def default_probes() -> tuple[str, ...]:
     """What runs when neither --probes nor a workload's `probes` says: the single-process checks.
     The others cost more (several processes, a profile pass) and are asked for by name."""
-    from perfcheck.bot import probes
+    from perfcheck.core import probes
 
     return probes.defaults()
 
@@ -197,7 +197,7 @@ class DdpConfig(_Section):
         default="auto", description="auto: nccl on cuda, else gloo"
     )
     variants: list[Literal["eager", "compiled_ddp", "ddp_compiled"]] = Field(
-        default_factory=lambda: ["eager", "compiled_ddp", "ddp_compiled"]
+        default=["eager", "compiled_ddp", "ddp_compiled"]
     )
     steps: int = Field(default=6, ge=2, description="training steps per variant (the first warms up)")
     bucket_cap_mb: float = Field(
@@ -231,10 +231,10 @@ class SweepConfig(_Section):
     """`perfcheck sweep`: the compile settings to try; every combination of the lists is one point."""
 
     modes: list[str | None] = Field(
-        default_factory=lambda: ["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
+        default=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
         description="torch.compile modes (inductor); `default` is mode=None",
     )
-    dynamic: list[bool | None] = Field(default_factory=lambda: [False, True])
+    dynamic: list[bool | None] = Field(default=[False, True])
     options: list[dict[str, Any]] = Field(
         default_factory=list,
         description="extra torch.compile(options=...) dicts, each one more point per mode",
@@ -301,25 +301,33 @@ class Config(_Section):
     paths: list[str] = Field(
         default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
     )
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="modules of plugin probes (installed packages); each section under a plugin "
+        "probe's name holds its settings",
+    )
+    # Filled by parse_config from the sections under plugin probes' names, each validated by its
+    # probe's own settings model; not a key of the file.
+    plugin_settings: dict[str, BaseModel] = Field(default_factory=dict, exclude=True)
     source: str = Field(default="(defaults)", exclude=True, description="where this config came from")
 
     @field_validator("matrix")
     @classmethod
     def _categories(cls, v: dict[str, MatrixEntry]) -> dict[str, MatrixEntry]:
-        from perfcheck.schema import CATEGORIES
+        from perfcheck.schema import categories
 
         for category in v:
-            if category not in CATEGORIES:
+            if category not in categories():
                 raise ValueError(f"finding categories as keys; {category!r} is not one")
         return v
 
     @field_validator("acks")
     @classmethod
     def _ack_categories(cls, v: list[AckEntry]) -> list[AckEntry]:
-        from perfcheck.schema import CATEGORIES
+        from perfcheck.schema import categories
 
         for ack in v:
-            if ack.category not in CATEGORIES:
+            if ack.category not in categories():
                 raise ValueError(f"finding categories; {ack.category!r} is not one")
         return v
 
@@ -369,10 +377,10 @@ def _expectation(e: Any) -> str:
     return msg.replace(", unable to interpret input", "")
 
 
-def _describe(err: ValidationError, source: str) -> str:
+def _describe(err: ValidationError, source: str, under: tuple[str, ...] = ()) -> str:
     lines = []
     for e in err.errors():
-        key = _key(e["loc"])
+        key = _key((*under, *e["loc"]))
         if e["type"] == "removed_key":
             lines.append(f"{source}: {key}.{e['ctx']['key']}: {e['msg']}")
             continue
@@ -396,10 +404,41 @@ def parse_config(text: str, source: str) -> Config:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: (top level): expected a mapping of settings, got {type(data).__name__}")
+    if "plugin_settings" in data or "source" in data:
+        key = "plugin_settings" if "plugin_settings" in data else "source"
+        raise ConfigError(f"{source}: {key}: unknown key")
+    data = dict(data)
+    sections = _plugin_sections(data, source)  # takes the plugins' sections out of data
+    data["plugin_settings"] = sections
     try:
         return Config.model_validate({**data, "source": source})
     except ValidationError as err:
         raise ConfigError(_describe(err, source)) from None
+
+
+def _plugin_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
+    """Load the plugins ``data`` names (they add probes, categories and config sections), then take
+    each plugin probe's section out of ``data`` and validate it with the probe's settings model."""
+    from perfcheck import plugins
+
+    names = data.get("plugins", [])
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ConfigError(f"{source}: plugins: expected a list of module names")
+    loaded = []
+    for i, name in enumerate(names):
+        try:
+            loaded.append(plugins.load(name))
+        except plugins.PluginError as err:
+            raise ConfigError(f"{source}: plugins[{i}]: {err}") from None
+    sections: dict[str, BaseModel] = {}
+    for kind in loaded:  # only this config's plugins own a section of it
+        if kind.settings is None or kind.name not in data:
+            continue
+        try:
+            sections[kind.name] = kind.settings.model_validate(data.pop(kind.name))
+        except ValidationError as err:
+            raise ConfigError(_describe(err, source, (kind.name,))) from None
+    return sections
 
 
 def find_config(tree: Path) -> Path | None:

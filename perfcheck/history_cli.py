@@ -17,7 +17,7 @@ from perfcheck.argtypes import positive
 from perfcheck.trace_cli import table
 
 if TYPE_CHECKING:
-    from perfcheck.bot.history import TrendRow
+    from perfcheck.core.history import TrendRow
 
 EXIT_BAD_INPUT = 2
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -113,8 +113,8 @@ def _fail(err: object) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from perfcheck.bot.history import HistoryError, open_store, trend, workloads
     from perfcheck.config import ConfigError
+    from perfcheck.core.history import HistoryError, open_store, trend, workloads
 
     try:
         path = _db_path(args)
@@ -136,8 +136,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_record(args: argparse.Namespace) -> int:
-    from perfcheck.bot.history import HistoryError, open_store, record
     from perfcheck.config import ConfigError
+    from perfcheck.core.history import HistoryError, open_store, record
     from perfcheck.schema import ContractError, load_review
 
     try:
@@ -178,7 +178,7 @@ EPILOG = "Exit codes: 0 done, 2 a bad database, result or config."
 
 def add_history_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Register `history` and `history record` on the `perfcheck` command's subparsers."""
-    from perfcheck.bot.history import METRICS
+    from perfcheck.core.history import METRICS
 
     history = subparsers.add_parser(
         "history",

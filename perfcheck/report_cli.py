@@ -24,7 +24,7 @@ def _history_heatmap(db: Path, reviews: int) -> dict[tuple[str, str], int] | Non
     """Break counts over the store's last ``reviews`` reviews; None when this perfcheck has no
     history reader, so the report falls back to the review's own breaks."""
     try:
-        history = importlib.import_module("perfcheck.bot.history")
+        history = importlib.import_module("perfcheck.core.history")
     except ImportError:
         return None
     if not hasattr(history, "break_heatmap") or not hasattr(history, "open_store"):
@@ -41,7 +41,7 @@ def _history_heatmap(db: Path, reviews: int) -> dict[tuple[str, str], int] | Non
 
 
 def _cmd_html(args: argparse.Namespace) -> int:
-    from perfcheck.bot.reports import render_html
+    from perfcheck.core.reports import render_html
     from perfcheck.schema import ContractError, load_review
 
     try:

@@ -16,11 +16,11 @@ from pathlib import Path
 
 from perfcheck import __version__
 from perfcheck.bot import acks
-from perfcheck.bot.compare import compare
-from perfcheck.bot.matrix import merged
-from perfcheck.bot.render import headline, render_comment
-from perfcheck.bot.reports import render_html
 from perfcheck.config import Config, WorkloadConfig, planned_probes, probe_names
+from perfcheck.core.compare import compare
+from perfcheck.core.matrix import merged
+from perfcheck.core.render import headline, render_comment
+from perfcheck.core.reports import render_html
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
 from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
 
@@ -264,7 +264,7 @@ def report(
     (out_dir / "comment.md").write_text(comment)
     heatmap = None
     if config.history.enabled:
-        from perfcheck.bot import history
+        from perfcheck.core import history
 
         with contextlib.closing(history.open_store(Path(config.history.path))) as store:
             history.record(store, review, repository=None, pr=None)

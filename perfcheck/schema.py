@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION: Final = 2
 
 # The finding vocabulary of DESIGN.md. Templates, the root-cause matrix and tests key on these.
 Category = Literal[
@@ -37,7 +37,23 @@ Category = Literal[
     "probe_timeout",
     "environment_mismatch",
 ]
-CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+BUILTIN_CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
+_PLUGIN_CATEGORIES: list[str] = []
+
+
+def register_categories(names: list[str]) -> None:
+    """A plugin probe's own finding categories (core/probes registers them with the probe)."""
+    for name in names:
+        if name not in BUILTIN_CATEGORIES and name not in _PLUGIN_CATEGORIES:
+            _PLUGIN_CATEGORIES.append(name)
+
+
+def categories() -> tuple[str, ...]:
+    """Every finding category known now: the built-in vocabulary and the plugins'."""
+    return (*BUILTIN_CATEGORIES, *_PLUGIN_CATEGORIES)
+
+
+CATEGORIES = BUILTIN_CATEGORIES
 
 # error fails the check, warning is shown but does not fail, info is neutral or good news.
 Severity = Literal["error", "warning", "info"]
@@ -274,6 +290,9 @@ class ProbeResult(_Strict):
     amp: AmpMetrics | None = None
     custom_ops: CustomOpMetrics | None = None
     trace: TraceMetrics | None = None
+    metrics: dict[str, Any] = Field(
+        default={}, description="a plugin probe's metrics (its own model validates them)"
+    )
     details: dict[str, Any] = {}
 
 
@@ -298,7 +317,7 @@ class ExpiredAck(_Strict):
 
 
 class Finding(_Strict):
-    category: Category
+    category: str = Field(description="a finding category: one of the built-in vocabulary, or a plugin's")
     severity: Severity
     workload: str
     probe: str
@@ -306,6 +325,13 @@ class Finding(_Strict):
     evidence: dict[str, Any] = {}
     location: SourceLocation | None = None
     ack: Acknowledgement | None = None
+
+    @field_validator("category")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        if v not in categories():
+            raise ValueError(f"a known finding category, not {v!r}")
+        return v
 
 
 class SideInfo(_Strict):
@@ -462,4 +488,7 @@ def load_probe_run(path: Path) -> ProbeRun:
 
 
 def json_schema() -> dict[str, Any]:
-    return Review.model_json_schema()
+    """The result's JSON Schema; a finding's category is the vocabulary known now (plugins' too)."""
+    schema = Review.model_json_schema()
+    schema["$defs"]["Finding"]["properties"]["category"]["enum"] = list(categories())
+    return schema

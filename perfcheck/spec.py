@@ -5,7 +5,7 @@ Torch-free, so the orchestrator can build it without importing torch.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -35,6 +35,10 @@ class ProbeSpec(BaseModel):
     ddp: DdpConfig = DdpConfig()
     custom_ops: CustomOpsConfig = CustomOpsConfig()
     profile: ProfileConfig = ProfileConfig()
+    # Plugin probes: the modules the worker loads before it looks the probe up, and a plugin
+    # probe's own config section (its settings model validates it again in the worker).
+    plugins: tuple[str, ...] = ()
+    settings: dict[str, Any] = {}
     # Benchmark-only: busy work of a known share of device or host time added to every step, a
     # slowdown of known size for measuring detection rates (bench/processes.py). Set, it also
     # launches the (empty) sleep kernel on a side planted with 0 %, so that both sides launch the

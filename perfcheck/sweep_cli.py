@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfcheck.bot.markdown import cell, code
 from perfcheck.config import Config, WorkloadConfig
+from perfcheck.core.markdown import cell, code
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 from perfcheck.sweep_schema import PointResult, SweepReport
 

@@ -8,14 +8,14 @@ untrusted JSON (``perfcheck.schema.load_model``) and validated whole. Kept apart
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import WorkloadConfig
 from perfcheck.schema import Environment
 
-SWEEP_SCHEMA_VERSION = 1
+SWEEP_SCHEMA_VERSION: Final = 1
 DEFAULT_MODE = "default"
 
 PointStatus = Literal["ok", "crashed", "timeout", "skipped"]

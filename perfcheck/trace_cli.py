@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from perfcheck.argtypes import positive
 
 if TYPE_CHECKING:
-    from perfcheck.bot.trace import Change, TraceSummary
+    from perfcheck.core.trace import Change, TraceSummary
 
 EXIT_BAD_INPUT = 2
 NAME_WIDTH = 60
@@ -60,7 +60,7 @@ def _steps(s: TraceSummary) -> str:
 
 
 def render_summary(path: Path, s: TraceSummary, top: int) -> str:
-    from perfcheck.bot.trace import short_name
+    from perfcheck.core.trace import short_name
 
     out = [str(path), f"  {s.events:,} timed events · {_steps(s)} · {_what(s)}"]
     if s.breakdown is not None:
@@ -109,7 +109,7 @@ def _breakdown_rows(base: TraceSummary, head: TraceSummary) -> list[list[str]]:
 
 
 def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: TraceSummary, top: int) -> str:
-    from perfcheck.bot.trace import diff_times, short_name
+    from perfcheck.core.trace import diff_times, short_name
 
     changes: list[Change] = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
     counts = {s: sum(1 for c in changes if c.status == s) for s in ("added", "removed", "changed")}
@@ -133,13 +133,13 @@ def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: Trac
 
 
 def _load(path: Path, hta_rounding: bool) -> TraceSummary:
-    from perfcheck.bot.trace import summarize
+    from perfcheck.core.trace import summarize
 
     return summarize(path, hta_rounding)
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from perfcheck.bot.trace import TraceError
+    from perfcheck.core.trace import TraceError
 
     try:
         summary = _load(args.file, args.hta_rounding)
@@ -151,7 +151,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from perfcheck.bot.trace import TraceError
+    from perfcheck.core.trace import TraceError
 
     try:
         base = _load(args.base, args.hta_rounding)

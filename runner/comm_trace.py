@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
-from perfcheck.bot.trace.intervals import covered, merge, shared
+from perfcheck.core.trace.intervals import covered, merge, shared
 from perfcheck.schema import Collective
 
 _DTYPE_BYTES = {

@@ -63,12 +63,15 @@ class _Recorder:
 
 def _wrap(variant: str, model: torch.nn.Module, device: str, spec: ProbeSpec, rec: _Recorder) -> Any:
     ids = [int(device.split(":")[1])] if device.startswith("cuda:") else None
-    ddp = {"device_ids": ids, "bucket_cap_mb": spec.ddp.bucket_cap_mb}
+
+    def ddp(module: Any) -> DistributedDataParallel:
+        return DistributedDataParallel(module, device_ids=ids, bucket_cap_mb=spec.ddp.bucket_cap_mb)
+
     if variant == "eager":
-        return DistributedDataParallel(model, **ddp)
+        return ddp(model)
     if variant == "compiled_ddp":
-        return torch.compile(DistributedDataParallel(model, **ddp), backend=rec, dynamic=spec.compile.dynamic)
-    return DistributedDataParallel(torch.compile(model, backend=rec, dynamic=spec.compile.dynamic), **ddp)
+        return torch.compile(ddp(model), backend=rec, dynamic=spec.compile.dynamic)
+    return ddp(torch.compile(model, backend=rec, dynamic=spec.compile.dynamic))
 
 
 def _profiled_step(step: Any, inputs: tuple[Any, ...], device: str, trace: Path) -> dict[str, Any]:

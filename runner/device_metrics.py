@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from perfcheck.bot.trace.intervals import covered, merge
+from perfcheck.core.trace.intervals import covered, merge
 from perfcheck.schema import DeviceStep
 
 # Kineto's categories of GPU-side activity (CPU-side runtime calls are "cuda_runtime").

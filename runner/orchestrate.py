@@ -20,12 +20,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfcheck.bot import probes
-from perfcheck.bot.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.config import Config, WorkloadConfig, planned_probes
-from perfcheck.progress import Progress
+from perfcheck.core import probes
+from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
+from perfcheck.progress import Progress, Task
 from perfcheck.runner import channel, reaper
-from perfcheck.schema import ContractError, ProbeResult, Side, WorkloadReview, load_model
+from perfcheck.schema import (
+    ContractError,
+    ProbeResult,
+    ProbeStatus,
+    Side,
+    WorkloadReview,
+    load_model,
+)
 from perfcheck.spec import ProbeSpec
 
 LOG_TAIL_LINES = 12
@@ -67,14 +74,14 @@ def signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def _failed(spec: ProbeSpec, status: str, message: str, duration: float) -> ProbeResult:
+def _failed(spec: ProbeSpec, status: ProbeStatus, message: str, duration: float) -> ProbeResult:
     return ProbeResult(
         probe=spec.probe,
         workload=spec.workload.name,
         side=spec.side,
         status=status,
         duration_s=round(duration, 3),
-        message=message,  # type: ignore[arg-type]
+        message=message,
     )
 
 
@@ -178,6 +185,12 @@ def run_probe(
         return _failed(spec, "crashed", f"the probe wrote an invalid result: {err}", duration)
     if (result.side, result.workload, result.probe) != (spec.side, spec.workload.name, spec.probe):
         return _failed(spec, "crashed", "the probe wrote a result for another probe", duration)
+    kind = probes.get(spec.probe)
+    try:
+        if kind is not None:
+            kind.metrics_of(result)
+    except ValueError as err:
+        return _failed(spec, "crashed", f"the probe wrote invalid metrics: {err}", duration)
     return result
 
 
@@ -190,6 +203,8 @@ def _outcome(result: ProbeResult) -> str:
 
 
 def _spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
+    kind = probes.get(probe)
+    settings = kind.settings_of(run.config) if kind is not None else None
     return ProbeSpec(
         probe=probe,
         side=side.side,
@@ -202,6 +217,8 @@ def _spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> Pr
         ddp=run.config.ddp,
         custom_ops=run.config.custom_ops,
         profile=run.config.profile,
+        plugins=tuple(run.config.plugins),
+        settings=settings.model_dump(mode="json") if settings is not None else {},
     )
 
 
@@ -239,6 +256,10 @@ def run_review(
         collected = list(pool.map(one, single))  # map keeps plan order, whatever finishes first
     for wl, probe in paired:
         task = progress.begin(f"base ⇄ head · {wl.name} · {probe}")
+
+        def on_pair(n: int, state: str, t: Task = task) -> None:
+            t.note(f"pair {n} of {run.config.timing.processes}–{run.config.timing.max_processes}: {state}")
+
         pair = run_paired(
             _spec(run, wl, probe, run.base),
             _spec(run, wl, probe, run.head),
@@ -246,9 +267,7 @@ def run_review(
             run.head,
             workdir,
             run.config.budgets,
-            on_pair=lambda n, state, t=task: t.note(
-                f"pair {n} of {run.config.timing.processes}–{run.config.timing.max_processes}: {state}"
-            ),
+            on_pair=on_pair,
         )
         task.finish(_paired_outcome(pair.base, pair.head))
         collected += [pair.base, pair.head]

@@ -14,8 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfcheck.bot.pareto import pareto_front
 from perfcheck.config import SweepConfig, WorkloadConfig
+from perfcheck.core.pareto import pareto_front
 from perfcheck.progress import Progress
 from perfcheck.runner import reaper
 from perfcheck.runner.orchestrate import log_tail, probe_env, run_module, signal_name

@@ -26,9 +26,9 @@ from pathlib import Path
 from statistics import median
 from typing import IO, Any
 
-from perfcheck.bot.stats import fast_mean
-from perfcheck.bot.timing_gate import sequential
 from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.core.stats import fast_mean
+from perfcheck.core.timing_gate import sequential
 from perfcheck.runner import reaper
 from perfcheck.runner.orchestrate import SideSetup, probe_env, side_caches
 from perfcheck.schema import DeviceStep, Environment, Plant, ProbeResult, TimingMetrics, TimingProcess

@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+from perfcheck import plugins
 from perfcheck.runner.channel import write_result
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import WorkloadError, load_build
@@ -56,6 +57,7 @@ def run(spec: ProbeSpec) -> ProbeResult:
     start = time.perf_counter()
     tree = Path(spec.tree)
     try:
+        plugins.load_all(spec.plugins)  # a plugin probe's descriptor says where its run function is
         output = get_probe(spec.probe).run(spec, lambda: _builder(spec))
         status, message, metrics = output.status, output.message, output.metrics or {}
     except (Exception, SystemExit) as err:  # the crash is the finding; the review goes on

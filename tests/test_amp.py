@@ -11,9 +11,9 @@ from pathlib import Path
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.bot.probes.amp import amp_findings
-from perfcheck.bot.render import render_comment
 from perfcheck.config import Config, parse_config
+from perfcheck.core.probes.amp import amp_findings
+from perfcheck.core.render import render_comment
 from perfcheck.runner.probes.amp_probe import (
     autocast_spans,
     fp32_kernels,

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from perfcheck.bot import markdown
 from perfcheck.bot.checks import annotation, annotations, conclusion, title
 from perfcheck.bot.gateway import ExistingComment, batched
 from perfcheck.bot.publish import CommentState, Target, comment_body, decide_comment, parse_state
 from perfcheck.bot.retry import Failure, RetryPolicy, delay_for, is_rate_limited
 from perfcheck.bot.webhook import DeliveryLog, signature_ok
 from perfcheck.config import GitHubConfig
+from perfcheck.core import markdown
 from perfcheck.schema import Finding, SourceLocation, load_review
 
 DATA = Path(__file__).parent / "data"

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from perfcheck.bot.compare import compare
-from perfcheck.bot.probes.compile import normalize_guard
 from perfcheck.config import Config, parse_config
+from perfcheck.core.compare import compare
+from perfcheck.core.probes.compile import normalize_guard
 from perfcheck.schema import (
     CompileMetrics,
     ExportMetrics,

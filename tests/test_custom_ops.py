@@ -10,9 +10,9 @@ from pathlib import Path
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.bot.probes.custom_ops import custom_op_findings
-from perfcheck.bot.render import render_comment
 from perfcheck.config import Config, CustomOpsConfig, WorkloadConfig, parse_config
+from perfcheck.core.probes.custom_ops import custom_op_findings
+from perfcheck.core.render import render_comment
 from perfcheck.runner.loader import load_build
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.probes.custom_op_probe import CustomOpProbe, summarize

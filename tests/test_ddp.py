@@ -7,8 +7,8 @@ from typing import Any
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.bot.probes.ddp import findings
 from perfcheck.config import Config, parse_config
+from perfcheck.core.probes.ddp import findings
 from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult, RankGraphs
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 import perfcheck.cli
-from perfcheck.bot import history
-from perfcheck.bot.history import (
+from perfcheck.core import history
+from perfcheck.core.history import (
     LATEST,
     HistoryError,
     TrendRow,

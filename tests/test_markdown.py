@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfcheck.bot import markdown
+from perfcheck.core import markdown
 
 
 def test_mentions_are_neutralised() -> None:
@@ -78,7 +78,7 @@ def test_cap_closes_a_four_backtick_fence_with_four() -> None:
 
 
 def test_one_huge_field_cannot_crowd_out_the_rest() -> None:
-    from perfcheck.bot.render import render_comment
+    from perfcheck.core.render import render_comment
     from perfcheck.schema import load_review
 
     review = load_review(Path(__file__).parent / "data" / "demo-result.json")

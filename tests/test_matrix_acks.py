@@ -9,9 +9,9 @@ import pytest
 from fakegithub import FakeGitHub
 
 from perfcheck.bot import acks
-from perfcheck.bot.matrix import MatrixError, builtin, merged, parse_matrix, resolve
-from perfcheck.bot.render import render_comment
 from perfcheck.config import ConfigError, parse_config
+from perfcheck.core.matrix import MatrixError, builtin, merged, parse_matrix, resolve
+from perfcheck.core.render import render_comment
 from perfcheck.schema import CATEGORIES, Finding, SourceLocation, load_review
 
 DATA = Path(__file__).parent / "data"
@@ -212,7 +212,7 @@ def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitH
 
 
 def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
-    from perfcheck.bot.matrix import builtin
+    from perfcheck.core.matrix import builtin
     from perfcheck.schema import CATEGORIES
 
     entries = builtin()

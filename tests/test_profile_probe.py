@@ -8,9 +8,9 @@ from typing import Literal
 
 from conftest import ReviewFn, fast_config, model_tree
 
-from perfcheck.bot.probes.profile import LISTED_LIMIT, findings
-from perfcheck.bot.trace import summarize
 from perfcheck.config import Config, parse_config
+from perfcheck.core.probes.profile import LISTED_LIMIT, findings
+from perfcheck.core.trace import summarize
 from perfcheck.schema import Finding, KernelStat, ProbeResult, Side, TraceMetrics
 
 Kind = Literal["compute", "communication", "memory", "cpu_op"]

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from perfcheck.bot.render import MARKER, render_comment
+from perfcheck.core.render import MARKER, render_comment
 from perfcheck.schema import Finding, GraphBreak, Review, SourceLocation, load_review
 
 DATA = Path(__file__).parent / "data"

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from perfcheck.bot import charts, history
-from perfcheck.bot.reports import render_check_summary, render_html, render_job_summary
+from perfcheck.core import charts, history
+from perfcheck.core.reports import render_check_summary, render_html, render_job_summary
 from perfcheck.report_cli import add_html_parser
 from perfcheck.schema import (
     Finding,

@@ -97,9 +97,10 @@ def test_bot_side_imports_without_torch() -> None:
     code = (
         "import sys; sys.modules['torch'] = None\n"
         "import perfcheck.schema, perfcheck.config, perfcheck.spec, perfcheck.cli\n"
-        "import importlib, pkgutil, perfcheck.bot\n"
-        "for m in pkgutil.iter_modules(perfcheck.bot.__path__):\n"
-        "    importlib.import_module('perfcheck.bot.' + m.name)\n"
+        "import importlib, pkgutil, perfcheck.bot, perfcheck.core\n"
+        "for pkg in (perfcheck.bot, perfcheck.core):\n"
+        "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
+        "        importlib.import_module(m.name)\n"
         "import github, perfcheck.bot.gateway as g; g._failure(ValueError())\n"
         "import perfcheck.runner.orchestrate, perfcheck.runner.workloads, perfcheck.review\n"
         "perfcheck.cli.main(['schema'])\n"

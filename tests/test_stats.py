@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from perfcheck.bot.stats import (
+from perfcheck.core.stats import (
     budget_verdict,
     fast_mean,
     process_ratio,

@@ -108,7 +108,10 @@ def test_identical_code_passes_on_a_loaded_machine(
     review: ReviewFn, tmp_path: Path, busy_neighbour: None
 ) -> None:
     tree = heavy_tree(tmp_path / "tree")
-    result = review(tree, tree, config=timing_config(), probes=("timing",))
+    # A shared 2-core CI machine with a spinning neighbour resolves about ±2.5 % in nine pairs, so
+    # the budget is one such a runner can hold (the default 2.3 % is for a GPU's device time).
+    budget = "budgets: {max_throughput_regression_pct: 5}"
+    result = review(tree, tree, config=timing_config(extra=budget), probes=("timing",))
     assert result.verdict == "pass", result.inconclusive
     change = result.workloads[0].timing
     assert change is not None and change.bound == "cpu"

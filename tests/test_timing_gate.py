@@ -8,8 +8,8 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfcheck.bot.timing_gate import decide, headline_metric, metric, sequential
 from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.core.timing_gate import decide, headline_metric, metric, sequential
 from perfcheck.schema import DeviceStep, TimingChange, TimingProcess
 
 SIDES = ("base", "head")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from perfcheck.bot.trace import (
+from perfcheck.core.trace import (
     TraceError,
     diff_times,
     iter_events,

@@ -266,7 +266,7 @@ class AmpProbe:
         breaks = [gb for gb in graph_breaks_of(explained, tree) if at_autocast_boundary(gb, tree)]
 
         metrics = AmpMetrics(
-            dtype=amp,  # type: ignore[arg-type]
+            dtype=amp,
             fp32_ops=fp32_ops,
             autocast_breaks=breaks,
             low_precision_ops=low,

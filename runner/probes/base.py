@@ -6,10 +6,12 @@ process wraps that into a ProbeResult. Probes never compare sides: that is the b
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.spec import ProbeSpec
 
 
@@ -32,7 +34,8 @@ class ProbeOutput:
 
 
 class Probe(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput: ...
 
@@ -60,7 +63,42 @@ def get_probe(name: str) -> Probe:
         profile_probe,
     )
 
-    try:
+    if name in _REGISTRY:
         return _REGISTRY[name]()
-    except KeyError:
-        raise KeyError(f"unknown probe {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    from perfcheck.core import probes
+
+    kind = probes.get(name)
+    if kind is None or kind.run is None:
+        known = sorted({*_REGISTRY, *probes.names()})
+        raise KeyError(f"unknown probe {name!r}; known: {', '.join(known)}")
+    module, _, function = kind.run.partition(":")
+    return PluginProbe(kind, getattr(importlib.import_module(module), function))
+
+
+PluginRun = Callable[[ProbeSpec, Callable[[], Workload], Any], ProbeOutput]
+
+
+@dataclass(frozen=True)
+class PluginProbe:
+    """A plugin probe's run function behind the Probe interface: it gets the probe's settings as
+    its own model, and what it measures is checked against its metrics model here, in the worker,
+    so that a plugin's mistake reads as its own crash."""
+
+    kind: ProbeKind
+    function: PluginRun
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
+        settings = self.kind.settings.model_validate(spec.settings) if self.kind.settings else None
+        out = self.function(spec, build, settings)
+        if not isinstance(out, ProbeOutput):
+            raise TypeError(
+                f"the {self.name} probe's run function returned {type(out).__name__}, not ProbeOutput"
+            )
+        metrics = out.metrics or {}
+        if self.kind.metrics is not None and out.status == "ok":
+            metrics = self.kind.metrics.model_validate(metrics).model_dump(mode="json")
+        return ProbeOutput(out.status, out.message, {"metrics": metrics} if metrics else None)

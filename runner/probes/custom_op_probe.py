@@ -49,7 +49,7 @@ def _snapshot(call: Call, keep_grad: bool) -> Call:
         out = x.detach().clone()
         return out.requires_grad_(keep_grad and x.requires_grad)
 
-    return tree_map(copy, call)  # type: ignore[no-any-return]
+    return tree_map(copy, call)
 
 
 class _FirstCalls(TorchDispatchMode):

@@ -21,8 +21,8 @@ import torch
 import torch._dynamo
 from torch.profiler import ProfilerActivity
 
-from perfcheck.bot.probes.profile import LISTED_LIMIT
-from perfcheck.bot.trace.summary import OpTotal, TraceSummary, summarize
+from perfcheck.core.probes.profile import LISTED_LIMIT
+from perfcheck.core.trace.summary import OpTotal, TraceSummary, summarize
 from perfcheck.runner import step as steps
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
 from perfcheck.schema import KernelStat, TraceMetrics

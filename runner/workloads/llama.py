@@ -120,6 +120,10 @@ class DecoderLayer(nn.Module):
 class Llama(nn.Module):
     """Token ids (batch, seq) -> logits (batch, seq, vocab)."""
 
+    # Buffers, registered in __init__; declared so they type as tensors, not `Tensor | Module`.
+    rope_cos: torch.Tensor
+    rope_sin: torch.Tensor
+
     def __init__(self, cfg: LlamaConfig) -> None:
         super().__init__()
         if cfg.dim % cfg.n_heads or cfg.head_dim % 2:

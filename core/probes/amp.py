@@ -2,7 +2,7 @@
 graph breaks at autocast boundaries. Pure functions over two results; no torch.
 
 Ops and breaks are keyed by their source text, not the line number, as graph breaks are in
-bot/compare.py: a PR that adds lines above an old fp32 matmul moves it without adding one.
+core/compare.py: a PR that adds lines above an old fp32 matmul moves it without adding one.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.schema import (
     AmpMetrics,
     AmpOp,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind
-from perfcheck.bot.trace.diff import Change, diff_times
-from perfcheck.bot.trace.names import short_name
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind
+from perfcheck.core.trace.diff import Change, diff_times
+from perfcheck.core.trace.names import short_name
 from perfcheck.schema import Finding, ProbeResult, TraceMetrics
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a

@@ -1,4 +1,4 @@
-"""The root-cause matrix: data (bot/matrix.yml, validated at load), the project's own entries
+"""The root-cause matrix: data (core/matrix.yml, validated at load), the project's own entries
 from config on top, and one pure function that picks a finding's symptom, cause and commands.
 """
 
@@ -15,7 +15,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfcheck.config import MatrixEntry
-from perfcheck.schema import CATEGORIES, Finding
+from perfcheck.schema import BUILTIN_CATEGORIES, Finding, categories
 
 
 class _Data(BaseModel):
@@ -55,7 +55,7 @@ def parse_matrix(text: str, source: str) -> dict[str, Entry]:
     raw = yaml.safe_load(text) or {}
     if not isinstance(raw, dict):
         raise MatrixError(f"{source}: expected a mapping of categories")
-    unknown = sorted(set(raw) - set(CATEGORIES))
+    unknown = sorted(set(raw) - set(categories()))
     if unknown:
         raise MatrixError(f"{source}: unknown categories {', '.join(unknown)}")
     out: dict[str, Entry] = {}
@@ -74,15 +74,36 @@ def builtin() -> dict[str, Entry]:
     """perfcheck's own matrix: an entry, a title and its details for every finding category."""
     path = Path(__file__).with_name("matrix.yml")
     entries = parse_matrix(path.read_text(encoding="utf-8"), str(path))
-    missing = sorted(set(CATEGORIES) - set(entries))
+    missing = sorted(set(BUILTIN_CATEGORIES) - set(entries))
     if missing:
         raise MatrixError(f"{path}: no entry for {', '.join(missing)}: every category needs one")
     return entries
 
 
+_PLUGIN_ENTRIES: dict[str, Entry] = {}
+
+
+def register_entries(entries: dict[str, Any], source: str) -> None:
+    """A plugin probe's entries for its own categories, validated like the built-in ones."""
+    valid: dict[str, Entry] = {}
+    for category, body in entries.items():
+        try:
+            valid[category] = Entry.model_validate(body)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise MatrixError(f"{source}: {category}.{where}: {first['msg']}") from None
+    _PLUGIN_ENTRIES.update(valid)
+
+
+def known() -> dict[str, Entry]:
+    """The built-in matrix and every registered plugin's entries."""
+    return {**builtin(), **_PLUGIN_ENTRIES}
+
+
 def merged(overrides: dict[str, MatrixEntry]) -> dict[str, Entry]:
-    """The built-in matrix with a project's entries on top: given fields replace, causes go first."""
-    out = dict(builtin())
+    """The known matrix with a project's entries on top: given fields replace, causes go first."""
+    out = known()
     for category, own in overrides.items():
         base = out.get(category)
         causes = [*own.causes, *(base.causes if base else [])]
@@ -129,7 +150,7 @@ def _fill(command: str, finding: Finding) -> str:
 
 
 def resolve(finding: Finding, matrix: dict[str, Entry] | None = None) -> Resolved | None:
-    entry = (matrix if matrix is not None else builtin()).get(finding.category)
+    entry = (matrix if matrix is not None else known()).get(finding.category)
     if entry is None:
         return None
     rule = next((r for r in entry.rules if _matches(r, finding.evidence)), None)
@@ -152,13 +173,13 @@ _LABELS = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False)
 
 
 def title(category: str, matrix: dict[str, Entry] | None = None) -> str:
-    entry = (matrix if matrix is not None else builtin()).get(category)
+    entry = (matrix if matrix is not None else known()).get(category)
     return entry.title if entry is not None else category.replace("_", " ")
 
 
 def details(finding: Finding, matrix: dict[str, Entry] | None = None) -> list[Detail]:
     """The finding's detail fields that hold text, in the matrix's order, with their labels."""
-    entry = (matrix if matrix is not None else builtin()).get(finding.category)
+    entry = (matrix if matrix is not None else known()).get(finding.category)
     out = []
     for d in entry.details if entry is not None else []:
         value = finding.evidence.get(d.field)

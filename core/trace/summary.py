@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perfcheck.bot.trace.intervals import Interval, covered, merge, shared
-from perfcheck.bot.trace.kinds import kernel_kind
-from perfcheck.bot.trace.reader import Event, iter_events
-from perfcheck.bot.trace.self_time import self_times
+from perfcheck.core.trace.intervals import Interval, covered, merge, shared
+from perfcheck.core.trace.kinds import kernel_kind
+from perfcheck.core.trace.reader import Event, iter_events
+from perfcheck.core.trace.self_time import self_times
 
 STEP_MARK = "ProfilerStep"
 # HTA drops "Trace" (the whole-trace span) and, by default, Python stack events.

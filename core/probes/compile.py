@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.schema import CompileMetrics, Finding, GraphBreak, ProbeResult, WorkloadReview
 
 
@@ -48,7 +48,7 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
             if delta[_break_key(gb)]:
                 out.append(
                     Finding(
-                        category=category,  # type: ignore[arg-type]
+                        category=category,
                         severity=severity,  # type: ignore[arg-type]
                         workload=wl,
                         probe="compile",
@@ -158,9 +158,10 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 else ("=" if bm and hm else ""),
             )
         )
+        either = hm or bm
         rows.append(
             Row(
-                f"cold compile ({(hm or bm).backend})" if (hm or bm) else "cold compile",
+                f"cold compile ({either.backend})" if either else "cold compile",
                 cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
                 cell(hc, f"{hm.cold_compile_s:.2f} s" if hm else None),
                 _pct(bm.cold_compile_s, hm.cold_compile_s) if bm and hm else "",

@@ -26,7 +26,7 @@ _new_tuple = tuple.__new__
 
 def _number(value: Any) -> float | None:
     if value.__class__ is float:
-        return value  # type: ignore[no-any-return]
+        return value
     if value.__class__ is int:
         return float(value)
     return None  # absent, or a string or boolean: not a time
@@ -36,7 +36,7 @@ def _integer(value: Any) -> int | None:
     # Kineto writes stream and correlation as integers; HTA converts with int() and treats what
     # does not convert as absent.
     if value is None or value.__class__ is int:
-        return value  # type: ignore[no-any-return]
+        return value
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str):

@@ -5,12 +5,12 @@ The bot side reads traces as untrusted data without torch; the runner uses the s
 summarise the trace of its profile pass.
 """
 
-from perfcheck.bot.trace.diff import Change, diff_times, structural
-from perfcheck.bot.trace.event import Event
-from perfcheck.bot.trace.kinds import Kind, kernel_kind
-from perfcheck.bot.trace.names import short_name
-from perfcheck.bot.trace.reader import TraceError, iter_events
-from perfcheck.bot.trace.summary import Breakdown, OpTotal, TraceSummary, summarize, summarize_events
+from perfcheck.core.trace.diff import Change, diff_times, structural
+from perfcheck.core.trace.event import Event
+from perfcheck.core.trace.kinds import Kind, kernel_kind
+from perfcheck.core.trace.names import short_name
+from perfcheck.core.trace.reader import TraceError, iter_events
+from perfcheck.core.trace.summary import Breakdown, OpTotal, TraceSummary, summarize, summarize_events
 
 __all__ = [
     "Breakdown",

@@ -1,6 +1,6 @@
 """Compare base and head probe results into findings and a verdict. Pure functions, no I/O.
 
-Each probe compares its own results (``bot/probes/<probe>.py``, found through the registry);
+Each probe compares its own results (``core/probes/<probe>.py``, found through the registry);
 here: what every probe shares — a side that crashed or timed out — and the review's verdict.
 Structural findings are exact: a new graph break, a changed IR hash or a new recompile reason
 is a difference, not a statistic. Budgets only say how many of them a project tolerates.
@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from perfcheck.bot import probes
 from perfcheck.config import Config
-from perfcheck.schema import Finding, ProbeResult, TimingChange, Verdict, WorkloadReview
+from perfcheck.core import probes
+from perfcheck.core.probes.kind import ProbeKind
+from perfcheck.schema import Finding, ProbeResult, Severity, TimingChange, Verdict, WorkloadReview
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ def _status_findings(
         what = f"the {probe} probe {'crashed' if result.status == 'crashed' else 'timed out'} on {side}"
         other = base if side == "head" else head
         both = other is not None and other.status == result.status
+        severity: Severity
         if side == "head":
             severity = "warning" if both else "error"
             message = f"{what} (it does on base too)" if both else what
@@ -57,7 +59,7 @@ def _status_findings(
                 severity=severity,
                 workload=wl,
                 probe=probe,
-                message=message,  # type: ignore[arg-type]
+                message=message,
                 evidence={"side": side, "detail": result.message or ""},
             )
         )
@@ -66,6 +68,17 @@ def _status_findings(
 
 def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
     return {r.probe: r for r in results}
+
+
+def _unfit_metrics(kind: ProbeKind, *results: ProbeResult) -> str | None:
+    """Why a plugin probe's results cannot be compared (their metrics do not fit its model), or None.
+    The orchestrator checks what its own workers write; a merged shard is checked here."""
+    for r in results:
+        try:
+            kind.metrics_of(r)
+        except ValueError as err:
+            return f"{r.side}: {err}"
+    return None
 
 
 def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
@@ -80,6 +93,10 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
         if b is None or h is None or kind is None or kind.compare is None:
             continue
         if b.status in kind.compared and h.status in kind.compared:
+            unfit = _unfit_metrics(kind, b, h)
+            if unfit:
+                inconclusive.append(f"{wl.name}/{name}: {unfit}")
+                continue
             got = kind.compare(wl.name, b, h, config)
             findings += got.findings
             inconclusive += got.inconclusive

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
-from perfcheck.bot.timing_gate import throughput_figures
-from perfcheck.bot.trace.diff import diff_times
-from perfcheck.bot.trace.names import short_name
+from perfcheck.core.timing_gate import throughput_figures
+from perfcheck.core.trace.diff import diff_times
+from perfcheck.core.trace.names import short_name
 from perfcheck.schema import ProbeResult, Review, TraceMetrics
 
 # Mermaid has no escape syntax inside quoted labels, so anything outside this set becomes a space:
@@ -25,7 +25,7 @@ _MERMAID_LABEL_MAX = 40
 
 _FONT = 'font-family="system-ui, sans-serif" font-size="12"'
 _SLOWER, _FASTER, _NEUTRAL = "#d1453b", "#2e8b57", "#8a8a8a"
-UNKNOWN_BREAK = "(unknown)"  # the label bot/history.py stores for a break without a type
+UNKNOWN_BREAK = "(unknown)"  # the label core/history.py stores for a break without a type
 _SEGMENTS = (("idle", "#b8b8b8"), ("compute", "#3b73b9"), ("non-compute", "#e39a2d"))
 
 

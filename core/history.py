@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from perfcheck.bot.timing_gate import peak_memory, side_figure
+from perfcheck.core.timing_gate import peak_memory, side_figure
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 
 
@@ -167,7 +167,7 @@ def side_metrics(results: Sequence[ProbeResult]) -> dict[str, float]:
     compiled = next((r.compile for r in results if r.compile is not None), None)
     if timing is not None:
         for name in ("step_ms", "device_ms", "host_ms"):
-            value = side_figure(timing, name)  # type: ignore[arg-type]
+            value = side_figure(timing, name)
             if value is not None:
                 out[name] = value
         peak = peak_memory(timing)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import difflib
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind, Row
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row
 from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
 
 MAX_DIFF_LINES = 120

@@ -1,4 +1,4 @@
-"""The timing probe, reviewed: the gate's verdict over pairs of processes (bot/timing_gate.py),
+"""The timing probe, reviewed: the gate's verdict over pairs of processes (core/timing_gate.py),
 the findings it makes, and the table's timing rows, each saying whether it decides."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import median
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
-from perfcheck.bot.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
 from perfcheck.schema import (
     DeviceStep,
     Environment,

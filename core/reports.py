@@ -12,11 +12,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfcheck.bot import charts, markdown
-from perfcheck.bot.matrix import Entry
-from perfcheck.bot.probes.timing import delta_cell
-from perfcheck.bot.render import review_context, template_env, templates_dir
-from perfcheck.bot.timing_gate import headline_metric, side_figure, throughput_figures
+from perfcheck.core import charts, markdown
+from perfcheck.core.matrix import Entry
+from perfcheck.core.probes.timing import delta_cell
+from perfcheck.core.render import review_context, template_env, templates_dir
+from perfcheck.core.timing_gate import headline_metric, side_figure, throughput_figures
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 
 CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
@@ -72,7 +72,7 @@ def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
     metric = figures[0] if figures else "step_ms"
 
     def step(r: ProbeResult | None) -> str | None:
-        value = side_figure(r.timing if r else None, metric)  # type: ignore[arg-type]
+        value = side_figure(r.timing if r else None, metric)
         return _status_or(r, f"{value:.3f} ms" if value is not None else None)
 
     headline = headline_metric(wl.timing) if wl.timing else None

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from statistics import median
 
-from perfcheck.bot.stats import budget_verdict, geometric_mean, process_ratio
 from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio
 from perfcheck.schema import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
 
 # The GPU busy for at least this share of the wall-clock step: the host keeps ahead of it, and the
@@ -146,7 +146,7 @@ def decide(
         bound=bound,  # type: ignore[arg-type]
         gpu_busy_pct=busy_pct,
         metrics=metrics,
-        kernels=kernels,  # type: ignore[arg-type]
+        kernels=kernels,
         kernels_exact=exact,
         verdict=verdict,  # type: ignore[arg-type]
     )
@@ -185,7 +185,7 @@ def throughput_figures(
     """(metric, base, head) of the headline figure of two timed sides: device time where both have
     it, else the wall-clock step."""
     for name in ("device_ms", "step_ms"):
-        b, h = side_figure(base, name), side_figure(head, name)  # type: ignore[arg-type]
+        b, h = side_figure(base, name), side_figure(head, name)
         if b is not None and h is not None:
-            return name, b, h  # type: ignore[return-value]
+            return name, b, h
     return None

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from perfcheck.bot.trace.event import Event, to_event
+from perfcheck.core.trace.event import Event, to_event
 
 CHUNK_CHARS = 1 << 16
 # A single event (or top-level value other than traceEvents) larger than this is not a trace
@@ -104,7 +104,7 @@ class _Text:
                 end = cut
                 continue
             self.pos = cut + 1
-            return values  # type: ignore[no-any-return]
+            return values
         return None
 
 

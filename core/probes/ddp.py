@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, WorkloadReview
 
 

@@ -6,8 +6,8 @@ way on both sides is old news, still shown so it is not forgotten (warning).
 
 from __future__ import annotations
 
-from perfcheck.bot.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.

@@ -7,10 +7,10 @@ from typing import Any
 
 import jinja2
 
-from perfcheck.bot import markdown, probes
-from perfcheck.bot.charts import mermaid_step_chart
-from perfcheck.bot.matrix import Entry, details, resolve, title
-from perfcheck.bot.probes.kind import Row
+from perfcheck.core import markdown, probes
+from perfcheck.core.charts import mermaid_step_chart
+from perfcheck.core.matrix import Entry, details, resolve, title
+from perfcheck.core.probes.kind import Row
 from perfcheck.schema import (
     Environment,
     ProbeResult,

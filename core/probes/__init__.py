@@ -1,0 +1,70 @@
+"""The probes the review knows, in the order their rows appear in a workload's table.
+
+One line per probe; a plugin adds its own with ``register``. See ``kind.py`` for what a
+descriptor carries.
+"""
+
+from __future__ import annotations
+
+import re
+
+from perfcheck.core import matrix
+from perfcheck.core.probes import amp, compile, custom_ops, ddp, export, profile, timing
+from perfcheck.core.probes.kind import ProbeKind
+from perfcheck.schema import categories, register_categories
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+_REGISTRY: dict[str, ProbeKind] = {}
+
+
+def register(kind: ProbeKind) -> ProbeKind:
+    """Add a probe (a plugin's, say) with the finding categories and matrix entries it carries;
+    its name and its categories must be new. Raises ValueError saying what clashes."""
+    if kind.name in _REGISTRY:
+        if _REGISTRY[kind.name] is kind:
+            return kind
+        raise ValueError(f"a probe named {kind.name!r} is registered already")
+    if not _NAME.match(kind.name):
+        raise ValueError(f"probe name {kind.name!r}: expected lowercase letters, digits and '_'")
+    taken = sorted(set(kind.categories) & set(categories()))
+    if taken:
+        raise ValueError(f"probe {kind.name}: categories {', '.join(taken)} exist already")
+    bad = [c for c in kind.categories if not _NAME.match(c)]
+    if bad:
+        raise ValueError(
+            f"probe {kind.name}: category {bad[0]!r}: expected lowercase letters, digits and '_'"
+        )
+    matrix.register_entries(dict(kind.categories), f"probe {kind.name}")  # validated first
+    register_categories(list(kind.categories))
+    _REGISTRY[kind.name] = kind
+    return kind
+
+
+for _kind in (
+    timing.PROBE,
+    compile.PROBE,
+    ddp.PROBE,
+    amp.PROBE,
+    custom_ops.PROBE,
+    export.PROBE,
+    profile.PROBE,
+):
+    register(_kind)
+
+
+def kinds() -> list[ProbeKind]:
+    return list(_REGISTRY.values())
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def defaults() -> tuple[str, ...]:
+    """What runs when neither --probes nor a workload's `probes` say: the single-process checks."""
+    return tuple(k.name for k in _REGISTRY.values() if k.default)
+
+
+def get(name: str) -> ProbeKind | None:
+    return _REGISTRY.get(name)

@@ -1,0 +1,92 @@
+"""What a probe is to the torch-free side: one descriptor per probe, in one registry.
+
+A probe's descriptor names it, says when it runs, and carries the two pure functions the review
+needs from it: ``compare`` (base and head results and the config -> findings, reasons the verdict
+is inconclusive, and for the timing probe its timing change) and ``rows`` (its lines of the
+workload table, the probe's fragment of every report). The runner side registers only the
+function that runs it (``runner/probes/base.py``). Adding a probe touches its own files and one
+registry line.
+
+A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
+carries more in its descriptor, since no built-in file knows it: its settings model (the config
+section under its name), its metrics model (``ProbeResult.metrics``, validated against it), its
+own finding categories with their root-cause matrix entries, and where its run function lives
+(``"module:function"``, imported only in the probe's worker process, where torch is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from perfcheck.config import Config
+from perfcheck.schema import Finding, ProbeResult, TimingChange, WorkloadReview
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a workload's table: a metric, base, head and the change."""
+
+    metric: str
+    base: str
+    head: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What comparing one probe's base and head results found."""
+
+    findings: list[Finding] = field(default_factory=list)
+    inconclusive: list[str] = field(default_factory=list)  # why the verdict cannot be decided
+    timing: TimingChange | None = None
+
+
+Compare = Callable[[str, ProbeResult, ProbeResult, Config], Compared]
+Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    name: str
+    summary: str  # one line, for --help and the docs
+    default: bool = False  # runs when neither --probes nor the workload's `probes` name any
+    paired: bool = False  # base and head measured together, after the per-side probes
+    compare: Compare | None = None
+    rows: Rows | None = None
+    # The statuses both sides must have for ``compare`` to run (export compares failures too).
+    compared: tuple[str, ...] = ("ok",)
+    # A plugin's own parts (the built-in probes keep theirs in schema.py, config.py, matrix.yml):
+    settings: type[BaseModel] | None = None  # its config section, under the probe's name
+    metrics: type[BaseModel] | None = None  # what ProbeResult.metrics holds for it
+    categories: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # category -> entry
+    run: str | None = None  # "module:function" of its run function, for the worker
+
+    def metrics_of(self, result: ProbeResult) -> BaseModel | None:
+        """The result's plugin metrics as the probe's own model; None when it has none.
+        Raises ValueError naming the field when they do not fit it."""
+        if self.metrics is None or not result.metrics:
+            return None
+        try:
+            return self.metrics.model_validate(result.metrics)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            raise ValueError(f"{self.name} metrics: {where}: {first['msg']}") from None
+
+    def settings_of(self, config: Config) -> BaseModel | None:
+        """The probe's config section (its defaults when the config has none)."""
+        if self.settings is None:
+            return None
+        section = config.plugin_settings.get(self.name)
+        return section if section is not None else self.settings()
+
+
+def status_cell(r: ProbeResult | None) -> str | None:
+    """A table cell for a probe that did not finish ("crashed", "—" when it did not run), or None."""
+    if r is None:
+        return "—"
+    return None if r.status == "ok" else r.status

@@ -1,0 +1,164 @@
+"""A probe added from outside: tests/toyplugin holds a descriptor and a run function the way a
+third-party package would, and nothing else in perfcheck names it. Named under `plugins:` in the
+config, it runs in its own worker like the built-in probes, and its metrics, finding, table row
+and matrix entry reach result.json and the comment."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import write_tree
+
+from perfcheck.config import ConfigError, parse_config
+
+TESTS = Path(__file__).resolve().parent
+
+MODEL = """\
+import torch
+from torch import nn
+
+
+def build(device):
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, {width}), nn.ReLU(), nn.Linear({width}, 4)).to(device), (
+        torch.randn(8, 16).to(device),
+    )
+"""
+
+CONFIG = """\
+plugins: [toyplugin.probe]
+workloads:
+  - name: net
+    entry: model.py:build
+    timeout_s: 300
+toy:
+  max_growth_pct: {limit}
+"""
+
+
+def _perfcheck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # As a user runs it: a fresh process, the plugin installed where perfcheck runs (PYTHONPATH
+    # here), the probe's worker finding it the same way.
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    return subprocess.run(
+        [sys.executable, "-m", "perfcheck", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+
+def _trees(tmp_path: Path, base_width: int, head_width: int, limit: float) -> tuple[Path, Path]:
+    config = CONFIG.format(limit=limit)
+    base = write_tree(
+        tmp_path / "base", {"model.py": MODEL.format(width=base_width), "perfcheck.yml": config}
+    )
+    head = write_tree(
+        tmp_path / "head", {"model.py": MODEL.format(width=head_width), "perfcheck.yml": config}
+    )
+    return base, head
+
+
+def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: Path) -> None:
+    base, head = _trees(tmp_path, 32, 48, limit=10)
+    out = tmp_path / "out"
+    done = _perfcheck(
+        "review", "--base", str(base), "--head", str(head), "--probes", "toy", "--out", str(out), cwd=tmp_path
+    )
+    assert done.returncode == 1, done.stderr  # fail: the head grew beyond the allowed 10 %
+
+    result = json.loads((out / "result.json").read_text())
+    (wl,) = result["workloads"]
+    by_side = {side: {r["probe"]: r for r in wl[side]} for side in ("base", "head")}
+    # 16*32+32 + 32*4+4 = 676 parameters on base; 16*48+48 + 48*4+4 = 1012 on head
+    assert by_side["base"]["toy"]["metrics"] == {"parameters": 676, "tensors": 4}
+    assert by_side["head"]["toy"]["metrics"] == {"parameters": 1012, "tensors": 4}
+    (finding,) = result["findings"]
+    assert finding["category"] == "toy_parameters_grew"
+    assert finding["message"] == "parameters grew +49.7 % (676 → 1012)"
+
+    comment = (out / "comment.md").read_text()
+    assert "| parameters (toy) | 676 | 1012 | +336 |" in comment
+    assert "Parameter count grew" in comment  # the plugin's own title, from its matrix entry
+    # its matrix entry: the likely cause and a command that verifies it, as printed
+    assert "Likely cause: a layer was widened or added" in comment
+    assert "`perfcheck review --base BASE --head HEAD --workloads net --probes toy`" in comment
+    assert "Allowed growth" in comment and "10 %" in comment  # its detail field
+
+
+def test_a_plugin_probes_settings_decide_and_the_review_passes_within_them(tmp_path: Path) -> None:
+    base, head = _trees(tmp_path, 32, 48, limit=60)
+    out = tmp_path / "out"
+    done = _perfcheck(
+        "review", "--base", str(base), "--head", str(head), "--probes", "toy", "--out", str(out), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((out / "result.json").read_text())["findings"] == []
+
+
+@pytest.fixture
+def registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a test registers in this process is gone after it: the other tests see the
+    built-in probes and categories only."""
+    from perfcheck import schema
+    from perfcheck.core import matrix, probes
+
+    monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
+    monkeypatch.setattr(schema, "_PLUGIN_CATEGORIES", list(schema._PLUGIN_CATEGORIES))
+    monkeypatch.setattr(matrix, "_PLUGIN_ENTRIES", dict(matrix._PLUGIN_ENTRIES))
+    monkeypatch.syspath_prepend(str(TESTS))
+
+
+@pytest.mark.usefixtures("registries")
+def test_plugin_mistakes_are_config_errors_that_name_the_key() -> None:
+    cases = {
+        "plugins: [no_such_plugin_module]": "perfcheck.yml: plugins[0]: cannot import no_such_plugin_module",
+        "plugins: [../evil.py]": "perfcheck.yml: plugins[0]: expected the name of an installed module",
+        "plugins: toyplugin.probe": "perfcheck.yml: plugins: expected a list of module names",
+        "plugins: [toyplugin]": "perfcheck.yml: plugins[0]: toyplugin has no PROBE",
+        "plugins: [toyplugin.probe]\ntoy: {max_growth_pct: -1}": "perfcheck.yml: toy.max_growth_pct: exp",
+        "plugins: [toyplugin.probe]\ntoy: {limit: 3}": "perfcheck.yml: toy.limit: unknown key",
+        "toy: {max_growth_pct: 3}": "perfcheck.yml: toy: unknown key",
+    }
+    for text, expected in cases.items():
+        with pytest.raises(ConfigError) as err:
+            parse_config(text, "perfcheck.yml")
+        assert str(err.value).startswith(expected), (text, str(err.value))
+
+
+@pytest.mark.usefixtures("registries")
+def test_a_plugin_cannot_take_a_built_in_name_or_category() -> None:
+    from dataclasses import replace
+
+    from toyplugin.probe import PROBE
+
+    from perfcheck.core import probes
+
+    with pytest.raises(ValueError, match="a probe named 'timing' is registered already"):
+        probes.register(replace(PROBE, name="timing"))
+    with pytest.raises(ValueError, match="categories graph_break_added exist already"):
+        probes.register(replace(PROBE, name="toy2", categories={"graph_break_added": {}}))
+    with pytest.raises(ValueError, match=r"probe toy3: toy3_x\.causes: Field required"):
+        probes.register(replace(PROBE, name="toy3", categories={"toy3_x": {"title": "t", "symptom": "s"}}))
+    assert "toy2" not in probes.names() and "toy3" not in probes.names()
+
+
+def test_the_cli_refuses_a_bad_plugin_before_any_probe_runs(tmp_path: Path) -> None:
+    base = write_tree(
+        tmp_path / "base", {"model.py": MODEL.format(width=8), "perfcheck.yml": "plugins: [nope_x]\n"}
+    )
+    done = _perfcheck(
+        "review", "--base", str(base), "--head", str(base), "--out", str(tmp_path / "o"), cwd=tmp_path
+    )
+    assert done.returncode == 2
+    assert "plugins[0]: cannot import nope_x" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "o" / "probes").exists()

@@ -1,0 +1,84 @@
+"""The toy probe's descriptor: it counts a workload's parameters and flags a change in the count
+beyond what the project allows (settings ``toy.max_growth_pct``)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview
+
+
+class ToySettings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_growth_pct: float = Field(default=0.0, ge=0, description="parameter growth allowed")
+
+
+class ToyMetrics(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    parameters: int = Field(ge=0)
+    tensors: int = Field(ge=0)
+
+
+def _metrics(r: ProbeResult | None) -> ToyMetrics | None:
+    got = PROBE.metrics_of(r) if r is not None else None
+    return got if isinstance(got, ToyMetrics) else None
+
+
+def compare(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    settings = PROBE.settings_of(config)
+    assert isinstance(settings, ToySettings)
+    b, h = _metrics(base), _metrics(head)
+    if b is None or h is None:
+        return Compared(inconclusive=[f"{workload}/toy: no parameter count"])
+    growth = 100.0 * (h.parameters - b.parameters) / max(b.parameters, 1)
+    if growth <= settings.max_growth_pct:
+        return Compared()
+    finding = Finding(
+        category="toy_parameters_grew",
+        severity="error",
+        workload=workload,
+        probe="toy",
+        message=f"parameters grew {growth:+.1f} % ({b.parameters} → {h.parameters})",
+        evidence={
+            "base": str(b.parameters),
+            "head": str(h.parameters),
+            "limit": f"{settings.max_growth_pct:g} %",
+        },
+    )
+    return Compared(findings=[finding])
+
+
+def rows(base: ProbeResult | None, head: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
+    b, h = _metrics(base), _metrics(head)
+    return [
+        Row(
+            "parameters (toy)",
+            status_cell(base) or (str(b.parameters) if b else "—"),
+            status_cell(head) or (str(h.parameters) if h else "—"),
+            f"{h.parameters - b.parameters:+d}" if b and h else "",
+        )
+    ]
+
+
+PROBE = ProbeKind(
+    name="toy",
+    summary="counts the workload's parameters",
+    compare=compare,
+    rows=rows,
+    settings=ToySettings,
+    metrics=ToyMetrics,
+    run="toyplugin.run:run",
+    categories={
+        "toy_parameters_grew": {
+            "title": "Parameter count grew",
+            "details": [{"field": "limit", "label": "Allowed growth"}],
+            "symptom": "the model holds more parameters than base, beyond `toy.max_growth_pct`.",
+            "causes": ["a layer was widened or added"],
+            "verify": ["perfcheck review --base BASE --head HEAD --workloads {workload} --probes toy"],
+        }
+    },
+)
