@@ -12,19 +12,32 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from perfcheck.bot.command import CommandError, parse_command
-from perfcheck.bot.plan import has_permission
+from pydantic import BaseModel, ConfigDict
+
+from perfcheck.bot.command import CommandError, has_permission, parse_command
 from perfcheck.bot.timestamps import instant
 from perfcheck.config import AckEntry
-from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review, Verdict
+from perfcheck.core.compare import verdict_of
+from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review
 
 
-@dataclass(frozen=True)
-class Ack:
+class Ack(BaseModel):
+    """One acknowledgement, wherever it comes from: perfcheck.yml (``by`` is "config") or a
+    `/perfcheck ack` comment (planned by bot/plan.py, applied at publish)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
     category: str
-    workload: str | None
-    note: Acknowledgement
+    workload: str | None = None
+    by: str
+    reason: str
+    at: str | None = None  # when the command was posted (the comment's created_at)
+    sha: str | None = None  # the head commit it covers
     expired: bool = False  # posted for an earlier head commit
+
+    def note(self) -> Acknowledgement:
+        """What a covered finding shows: who, when and why."""
+        return Acknowledgement(by=self.by, reason=self.reason, at=self.at, sha=self.sha)
 
 
 @dataclass(frozen=True)
@@ -35,7 +48,7 @@ class PostedComment:
 
 
 def from_config(entries: Iterable[AckEntry]) -> list[Ack]:
-    return [Ack(e.category, e.workload, Acknowledgement(by="config", reason=e.reason)) for e in entries]
+    return [Ack(category=e.category, workload=e.workload, by="config", reason=e.reason) for e in entries]
 
 
 def from_comments(
@@ -61,21 +74,22 @@ def from_comments(
             continue
         posted = instant(c.created_at)
         current = since is not None and posted is not None and posted > since
-        note = Acknowledgement(
-            by=c.author, reason=cmd.reason or "", at=c.created_at, sha=sha if current else None
+        out.append(
+            Ack(
+                category=cmd.category or "",
+                workload=cmd.workload,
+                by=c.author,
+                reason=cmd.reason or "",
+                at=c.created_at,
+                sha=sha if current else None,
+                expired=not current,
+            )
         )
-        out.append(Ack(cmd.category or "", cmd.workload, note, expired=not current))
     return out
 
 
 def _covers(ack: Ack, f: Finding) -> bool:
     return ack.category == f.category and (ack.workload is None or ack.workload == f.workload)
-
-
-def verdict_of(findings: list[Finding], inconclusive: list[str]) -> Verdict:
-    if any(f.severity == "error" and f.ack is None for f in findings):
-        return "fail"
-    return "inconclusive" if inconclusive else "pass"
 
 
 def apply(review: Review, acks: list[Ack]) -> Review:
@@ -87,12 +101,11 @@ def apply(review: Review, acks: list[Ack]) -> Review:
     in_force = [a for a in acks if not a.expired]
     for f in review.findings:
         match = next((a for a in reversed(in_force) if _covers(a, f)), None)
-        findings.append(f.model_copy(update={"ack": match.note}) if match else f)
+        findings.append(f.model_copy(update={"ack": match.note()}) if match else f)
     for a in acks:
         if a.expired and any(_covers(a, f) and f.ack is None for f in findings):
-            n = a.note
             expired.append(
-                ExpiredAck(category=a.category, workload=a.workload, by=n.by, reason=n.reason, at=n.at)
+                ExpiredAck(category=a.category, workload=a.workload, by=a.by, reason=a.reason, at=a.at)
             )
     return review.model_copy(
         update={

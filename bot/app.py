@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from perfcheck.bot.events import parse_event
 from perfcheck.bot.gateway import GitHubGateway, GitHubPort
-from perfcheck.bot.plan import Plan, plan
+from perfcheck.bot.plan import Plan, decide
 from perfcheck.bot.respond import lookup_context, respond
 from perfcheck.bot.settings import GitHubSettings, github_client
 from perfcheck.bot.webhook import Delivery
@@ -98,7 +99,8 @@ def handle_delivery(
         print(f"perfcheck serve: {delivery.id}: no installation or repository; ignored", file=log)
         return None
     port = port_for(repository, installation)
-    decided = plan(delivery.event, payload, lookup_context(delivery.event, payload, config, port))
+    ev = parse_event(delivery.event, payload)  # once: the lookups and the decision read it
+    decided = decide(delivery.event, ev, lookup_context(ev, config, port))
     print(f"perfcheck serve: {delivery.id} {delivery.event}: {decided.reason}", file=log)
     respond(port, decided, config)
     if decided.run and decided.mode == "probe" and decided.head_sha:

@@ -15,6 +15,14 @@ from perfcheck.config import probe_names
 from perfcheck.schema import categories
 
 PREFIX = "/perfcheck"
+# GitHub's repository roles, weakest first; a command needs its configured role or a stronger one.
+PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
+
+
+def has_permission(granted: str | None, required: str) -> bool:
+    if granted not in PERMISSIONS:
+        return False
+    return PERMISSIONS.index(granted) >= PERMISSIONS.index(required)
 
 
 def usage() -> str:

@@ -160,7 +160,18 @@ class MergeGroupEvent(_Payload):
     sender: User
 
 
-EVENT_MODELS: dict[str, type[_Payload]] = {
+# Any event perfcheck handles, as parse_event returns it.
+Event = (
+    PullRequestEvent
+    | IssueCommentEvent
+    | CheckRunEvent
+    | WorkflowDispatchEvent
+    | RepositoryDispatchEvent
+    | WorkflowRunEvent
+    | MergeGroupEvent
+)
+
+EVENT_MODELS: dict[str, type[Event]] = {
     "pull_request": PullRequestEvent,
     "pull_request_target": PullRequestEvent,
     "issue_comment": IssueCommentEvent,
@@ -176,7 +187,7 @@ class PayloadError(ValueError):
     """A payload perfcheck cannot use; the message says which field and why."""
 
 
-def parse_event(name: str, raw: str | bytes | dict[str, Any]) -> _Payload:
+def parse_event(name: str, raw: str | bytes | dict[str, Any]) -> Event:
     model = EVENT_MODELS.get(name)
     if model is None:
         raise PayloadError(f"event {name!r} is not handled; handled: {', '.join(sorted(EVENT_MODELS))}")

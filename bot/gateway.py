@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TextIO, TypeVar
 
 from perfcheck.bot.acks import PostedComment
+from perfcheck.bot.command import PERMISSIONS
 from perfcheck.bot.events import PullRequest
-from perfcheck.bot.plan import PERMISSIONS
 from perfcheck.bot.retry import Failure, RetryPolicy, delay_for
 
 T = TypeVar("T")

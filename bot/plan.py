@@ -16,9 +16,11 @@ from typing import Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
-from perfcheck.bot.command import Command, CommandError, is_command, parse_command, usage
+from perfcheck.bot.acks import Ack
+from perfcheck.bot.command import Command, CommandError, has_permission, is_command, parse_command, usage
 from perfcheck.bot.events import (
     CheckRunEvent,
+    Event,
     IssueCommentEvent,
     MergeGroupEvent,
     PullRequest,
@@ -33,19 +35,7 @@ from perfcheck.config import Config
 from perfcheck.core import markdown
 
 # Collaborator permissions, weakest first; the API's `role_name` adds triage and maintain.
-PERMISSIONS = ("none", "read", "triage", "write", "maintain", "admin")
 PR_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review", "labeled")
-
-
-class Ack(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    category: str
-    workload: str | None
-    reason: str
-    by: str
-    sha: str | None
-    at: str | None = None  # when the command was posted (the comment's created_at)
 
 
 class Plan(BaseModel):
@@ -119,12 +109,6 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
 
 def matching_files(files: tuple[str, ...], globs: list[str]) -> list[str]:
     return [f for f in files if any(_glob_regex(g).match(f) for g in globs)]
-
-
-def has_permission(granted: str | None, required: str) -> bool:
-    if granted not in PERMISSIONS:
-        return False
-    return PERMISSIONS.index(granted) >= PERMISSIONS.index(required)
 
 
 def _skip(event: str, action: str | None, repo: str, reason: str, **extra: Any) -> Plan:
@@ -400,6 +384,12 @@ ROUTER: dict[str, Callable[[Any, Context], Plan]] = {
 }
 
 
+def decide(event_name: str, ev: Event, ctx: Context) -> Plan:
+    """The decision for an event already parsed (bot.events.parse_event), which is parsed once:
+    the lookups the decision needs (respond.lookup_context) read the same object."""
+    return ROUTER[event_name](ev, ctx)
+
+
 def plan(event_name: str, payload: str | bytes | dict[str, Any], ctx: Context) -> Plan:
     """Validate the payload (raises PayloadError) and decide."""
-    return ROUTER[event_name](parse_event(event_name, payload), ctx)
+    return decide(event_name, parse_event(event_name, payload), ctx)

@@ -8,20 +8,18 @@ same-repository PR; the commenter's permission and the PR's current head for a c
 from __future__ import annotations
 
 import secrets
-from typing import Any
 
-from perfcheck.bot.command import CommandError, is_command, parse_command
-from perfcheck.bot.events import IssueCommentEvent, PullRequestEvent, parse_event
+from perfcheck.bot.command import CommandError, has_permission, is_command, parse_command
+from perfcheck.bot.events import Event, IssueCommentEvent, PullRequestEvent
 from perfcheck.bot.gateway import GitHubPort
-from perfcheck.bot.plan import PR_ACTIONS, Context, Plan, has_permission
+from perfcheck.bot.plan import PR_ACTIONS, Context, Plan
 from perfcheck.bot.publish import Target, mark_check
 from perfcheck.config import Config
 
 WAITING_TITLE = "Waiting for approval"
 
 
-def lookup_context(event_name: str, payload: Any, config: Config, port: GitHubPort) -> Context:
-    ev = parse_event(event_name, payload)
+def lookup_context(ev: Event, config: Config, port: GitHubPort) -> Context:
     if isinstance(ev, PullRequestEvent) and ev.action in PR_ACTIONS and not ev.pull_request.from_fork:
         files, complete = port.changed_files(ev.pull_request.number)
         return Context(config=config, changed_files=files, files_complete=complete)

@@ -7,6 +7,7 @@ SVG carries no links, scripts, fonts or namespaces that would point outside the 
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from perfcheck.core.timing_gate import throughput_figures
 from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
 from perfcheck.schema import ProbeResult, Review, TraceMetrics
+from perfcheck.sweep_schema import SweepReport
 
 # Mermaid has no escape syntax inside quoted labels, so anything outside this set becomes a space:
 # no quote, bracket, backtick, percent (directives) or newline can reach the block.
@@ -325,3 +327,98 @@ def svg_heatmap(counts: Mapping[tuple[str, str], int], title: str = "") -> str:
                 mid = x + cell_w / 2
                 body.append(f'<text x="{mid:.1f}" y="{y + 17}" text-anchor="middle" fill="{ink}">{n}</text>')
     return _svg(width, height, label, body)
+
+
+# The sweep picture's geometry, in pixels.
+_SWEEP_W, _SWEEP_H = 760, 460
+_SWEEP_LEFT, _SWEEP_RIGHT, _SWEEP_TOP, _SWEEP_BOTTOM = 80, 40, 50, 70
+_SWEEP_R_MIN, _SWEEP_R_MAX = 4.0, 14.0
+_SWEEP_TICKS = 5
+
+
+def _span(values: Sequence[float]) -> tuple[float, float]:
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.1 or max(abs(hi) * 0.1, 1e-3)
+    return max(lo - pad, 0.0), hi + pad
+
+
+def _scale(lo: float, hi: float, out_lo: float, out_hi: float) -> tuple[float, float]:
+    """Slope and offset of the linear map [lo, hi] -> [out_lo, out_hi]."""
+    slope = (out_hi - out_lo) / (hi - lo)
+    return slope, out_lo - lo * slope
+
+
+def _radius(mb: float, lo: float, hi: float) -> float:
+    # Area, not radius, grows with memory, so a point twice the memory does not look four times it.
+    share = (mb - lo) / (hi - lo) if hi > lo else 0.5
+    return _SWEEP_R_MIN + (_SWEEP_R_MAX - _SWEEP_R_MIN) * math.sqrt(share)
+
+
+def _text(x: float, y: float, body: str, **attrs: str) -> str:
+    extra = "".join(f' {k.replace("_", "-")}="{xml_text(v)}"' for k, v in attrs.items())
+    return f'<text x="{x:.1f}" y="{y:.1f}"{extra}>{xml_text(body)}</text>'
+
+
+def svg_sweep(report: SweepReport) -> str:
+    """`perfcheck sweep`'s picture, a file of its own (so it names its namespace): step time against
+    cold compile latency; marker area is memory; the Pareto front connected."""
+    title = f"perfcheck sweep · {report.workload} · {report.backend} on {report.device}"
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_SWEEP_W}" height="{_SWEEP_H}" '
+        f'viewBox="0 0 {_SWEEP_W} {_SWEEP_H}" font-family="sans-serif" font-size="11">',
+        f"<title>{xml_text(title)}</title>",
+        f'<rect width="{_SWEEP_W}" height="{_SWEEP_H}" fill="white"/>',
+        _text(_SWEEP_W / 2, 24, title, text_anchor="middle", font_size="14"),
+    ]
+    plotted = [p for p in report.points if p.measured]
+    left, right, top, bottom = _SWEEP_LEFT, _SWEEP_W - _SWEEP_RIGHT, _SWEEP_TOP, _SWEEP_H - _SWEEP_BOTTOM
+    if plotted:
+        xs = [p.compile_s or 0.0 for p in plotted]
+        ys = [p.step_ms or 0.0 for p in plotted]
+        mbs = [p.peak_mb or 0.0 for p in plotted]
+        (x_lo, x_hi), (y_lo, y_hi) = _span(xs), _span(ys)
+        xa, xb = _scale(x_lo, x_hi, left, right)
+        ya, yb = _scale(y_lo, y_hi, bottom, top)
+        parts.append(
+            f'<path d="M{left},{top} V{bottom} H{right}" fill="none" stroke="#444" stroke-width="1"/>'
+        )
+        for i in range(_SWEEP_TICKS + 1):
+            xv, yv = x_lo + (x_hi - x_lo) * i / _SWEEP_TICKS, y_lo + (y_hi - y_lo) * i / _SWEEP_TICKS
+            px, py = xa * xv + xb, ya * yv + yb
+            parts.append(f'<path d="M{px:.1f},{bottom} v5 M{left},{py:.1f} h-5" stroke="#444"/>')
+            parts.append(_text(px, bottom + 18, f"{xv:.3g}", text_anchor="middle"))
+            parts.append(_text(left - 8, py + 4, f"{yv:.3g}", text_anchor="end"))
+        parts.append(
+            _text((left + right) / 2, _SWEEP_H - 28, "cold compile latency (s)", text_anchor="middle")
+        )
+        mid = (top + bottom) / 2
+        parts.append(
+            _text(18, mid, "step time (ms)", text_anchor="middle", transform=f"rotate(-90 18 {mid:.1f})")
+        )
+        front = sorted((p for p in plotted if p.pareto), key=lambda p: (p.compile_s, p.step_ms))
+        if len(front) > 1:
+            path = " ".join(
+                f"{xa * (p.compile_s or 0) + xb:.1f},{ya * (p.step_ms or 0) + yb:.1f}" for p in front
+            )
+            parts.append(f'<polyline points="{path}" fill="none" stroke="#d9480f" stroke-width="1.5"/>')
+        for p, x, y, mb in zip(plotted, xs, ys, mbs, strict=True):
+            px, py, r = xa * x + xb, ya * y + yb, _radius(mb, min(mbs), max(mbs))
+            fill = "#d9480f" if p.pareto else "#868e96"
+            label = f"{p.point.label} · {mb:,.0f} MB"
+            parts.append(
+                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{r:.1f}" fill="{fill}" fill-opacity="0.75">'
+                f"<title>{xml_text(label)}</title></circle>"
+            )
+            # Labels point inwards, so that those near the right edge stay inside the picture.
+            if px > (left + right) / 2:
+                parts.append(_text(px - r - 3, py - r / 2, label, text_anchor="end"))
+            else:
+                parts.append(_text(px + r + 3, py - r / 2, label))
+    else:
+        parts.append(_text(_SWEEP_W / 2, _SWEEP_H / 2, "no point was measured", text_anchor="middle"))
+    missing = len(report.points) - len(plotted)
+    if missing:
+        note = f"{missing} point(s) not plotted (crashed, timed out or skipped); see the table"
+        parts.append(_text(left, _SWEEP_H - 8, note))
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"

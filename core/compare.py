@@ -25,9 +25,15 @@ class Comparison:
 
     @property
     def verdict(self) -> Verdict:
-        if any(f.severity == "error" for f in self.findings):
-            return "fail"
-        return "inconclusive" if self.inconclusive else "pass"
+        return verdict_of(self.findings, self.inconclusive)
+
+
+def verdict_of(findings: list[Finding], inconclusive: list[str]) -> Verdict:
+    """The one verdict rule: an error no acknowledgement covers fails the review; otherwise any
+    reason it could not be decided makes it inconclusive."""
+    if any(f.severity == "error" and f.ack is None for f in findings):
+        return "fail"
+    return "inconclusive" if inconclusive else "pass"
 
 
 def _status_findings(

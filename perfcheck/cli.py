@@ -6,11 +6,9 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import secrets
 import sys
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -53,9 +51,8 @@ def _request(args: argparse.Namespace) -> object:
 
 def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> None:
     """Inside Actions: step outputs, and the review in the job summary."""
-    import os
-
     from perfcheck.bot.actions_io import write_outputs
+    from perfcheck.bot.settings import GitHubSettings
     from perfcheck.core.matrix import merged
     from perfcheck.core.reports import render_job_summary
 
@@ -67,9 +64,9 @@ def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> 
             "report": out / "report.html",
         }
     )
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with Path(summary).open("a", encoding="utf-8") as f:
+    summary = GitHubSettings.from_environ().step_summary  # the one place the environment is read
+    if summary is not None:
+        with summary.open("a", encoding="utf-8") as f:
             f.write(render_job_summary(review, templates, matrix=merged(config.matrix)) + "\n")
 
 
@@ -159,15 +156,18 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
+    from perfcheck.config import ConfigError, load_config
+    from perfcheck.core.matrix import merged
     from perfcheck.core.render import render_comment
     from perfcheck.schema import ContractError, load_review
 
     try:
+        config = load_config(args.config, Path.cwd())  # first: its plugins' categories are known then
         review = load_review(args.result)
-    except ContractError as err:
+    except (ConfigError, ContractError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(render_comment(review, args.templates))
+    print(render_comment(review, args.templates, matrix=merged(config.matrix)))
     return 0
 
 
@@ -181,184 +181,53 @@ def _github_port(settings: object, repository: str) -> Any:
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:
-    from perfcheck.bot.actions_io import write_outputs
-    from perfcheck.bot.events import PayloadError, parse_event
-    from perfcheck.bot.gateway import GitHubError
-    from perfcheck.bot.plan import Context, plan
-    from perfcheck.bot.respond import lookup_context, respond
+    from perfcheck.bot import plan_flow
     from perfcheck.bot.settings import GitHubSettings
-    from perfcheck.config import ConfigError, load_config
 
-    settings = GitHubSettings.from_environ()
+    env = GitHubSettings.from_environ()
     try:
-        config = load_config(args.config, Path.cwd())
-        payload = args.event_path.read_bytes()
-        repository = parse_event(args.event_name, payload).repository.full_name  # type: ignore[attr-defined]
-    except OSError as err:
-        print(f"perfcheck: {args.event_path}: cannot read the event ({err.strerror})", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except (ConfigError, PayloadError) as err:
+        settings = plan_flow.settings_from(
+            args.event_name, args.event_path, args.config, args.respond, args.out, env, Path.cwd()
+        )
+    except plan_flow.PlanInputError as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if args.respond and not settings.token:
-        print("perfcheck: --respond needs a token: set GITHUB_TOKEN for this step", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        if settings.token:
-            port = _github_port(settings, repository)
-            decided = plan(args.event_name, payload, lookup_context(args.event_name, payload, config, port))
-        else:
-            decided = plan(args.event_name, payload, Context(config=config))
-        print(decided.model_dump_json(indent=2))
-        if args.out is not None:
-            args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / "plan.json").write_text(decided.model_dump_json(indent=2))
-        if args.respond:
-            answered = respond(port, decided, config, settings.run_url(repository), settings.run_id)
-            for line in answered:
-                print(f"perfcheck: {line}", file=sys.stderr)
-    except GitHubError as err:
-        print(f"perfcheck: GitHub: {err}", file=sys.stderr)
-        return EXIT_GITHUB
-    write_outputs(
-        {
-            "run": decided.run,
-            "mode": decided.mode,
-            "reason": decided.reason,
-            "head_sha": decided.head_sha,
-            "base_sha": decided.base_sha,
-            "pr_number": decided.pr_number,
-            "awaiting_approval": decided.awaiting_approval,
-            "workloads": ",".join(decided.workloads),
-            "probes": ",".join(decided.probes),
-            "device": decided.device,
-            "plan": decided.model_dump_json(),
-        }
-    )
-    return 0
+    port = _github_port(env, settings.repository) if env.token else None
+    return plan_flow.run(settings, port, _say, print)
 
 
 def _cmd_publish(args: argparse.Namespace) -> int:
-    from perfcheck.bot import acks
-    from perfcheck.bot.gateway import DryRunGitHub, GitHubError
-    from perfcheck.bot.plan import Plan
-    from perfcheck.bot.publish import (
-        PublishRefused,
-        Target,
-        comment_body,
-        mark_check,
-        publish_review,
-        verify_planned,
-    )
+    from perfcheck.bot import publish_flow
+    from perfcheck.bot.gateway import DryRunGitHub
     from perfcheck.bot.settings import GitHubSettings
-    from perfcheck.config import ConfigError, load_config
-    from perfcheck.core.matrix import merged
-    from perfcheck.core.render import headline
-    from perfcheck.core.reports import render_job_summary
-    from perfcheck.schema import ContractError, load_model, load_review
 
-    settings = GitHubSettings.from_environ()
-    if args.plan_file is not None:
-        # Written by the plan job but carried through artifacts, which any job of the run can write:
-        # read as untrusted, and only for what --planned-by and the PR check then verify.
-        try:
-            planned = load_model(Plan, args.plan_file.read_bytes(), str(args.plan_file))
-        except OSError as err:
-            print(f"perfcheck: {args.plan_file}: cannot read it ({err.strerror})", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        except ContractError as err:
-            print(f"perfcheck: {err}", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        args.sha = args.sha or planned.head_sha
-        args.pr = args.pr or planned.pr_number
-    if not args.sha:
-        print("perfcheck: publish needs --sha (or --plan-file with a head_sha)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    repository = args.repo or settings.repository
-    if not repository or repository.count("/") != 1:
-        print("perfcheck: publish needs --repo OWNER/NAME (or GITHUB_REPOSITORY)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if not args.dry_run and not settings.token:
-        print("perfcheck: publish needs a token: set GITHUB_TOKEN (or use --dry-run)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    try:
-        config = load_config(args.config, Path.cwd())
-        review = load_review(args.report / "result.json") if args.status == "completed" else None
-    except (ConfigError, ContractError) as err:
-        print(f"perfcheck: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    sha = args.sha.lower()
-    if not re.fullmatch(r"[0-9a-f]{7,40}", sha):
-        print(f"perfcheck: --sha: expected 7 to 40 hex digits, got {args.sha!r}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    rev = (review.head.revision or "").lower() if review is not None else ""
-    # The result file comes from the job that ran PR code: it may not pick the commit it reports
-    # on, nor leave the commit out (an empty or one-digit revision "matches" anything).
-    if review is not None and not (
-        re.fullmatch(r"[0-9a-f]{7,40}", rev) and (rev.startswith(sha) or sha.startswith(rev))
-    ):
-        if re.fullmatch(r"[0-9a-f]{7,40}", rev):
-            said = f"it reviews {rev[:12]}, not --sha {sha[:12]}"
-        elif rev:
-            said = "its head revision is not a commit SHA"
-        else:
-            said = "it names no head commit (was the head a git checkout?)"
-        print(f"perfcheck: {args.report / 'result.json'}: {said}; refusing to publish it", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    port = DryRunGitHub(repository) if args.dry_run else _github_port(settings, repository)
-    target = Target(repository, sha, args.pr, settings.run_url(repository), args.planned_by)
-    if review is not None and settings.step_summary is not None and not args.dry_run:
-        # Written before any API call: the review reaches the run's page even if GitHub refuses it.
-        with settings.step_summary.open("a", encoding="utf-8") as f:
-            f.write(render_job_summary(review, args.templates, matrix=merged(config.matrix)) + "\n")
-    try:
-        if args.planned_by and not args.dry_run:
-            verify_planned(port, target, config.github, args.planned_by)
-        if target.pr_number is not None and not args.dry_run and port.pull(target.pr_number).head.sha != sha:
-            # A PR number from an artifact is a claim; the API says which commit the PR is at now.
-            print(
-                f"perfcheck: #{target.pr_number} is not at {sha[:7]} (any more): no comment", file=sys.stderr
-            )
-            target = replace(target, pr_number=None)
-        elif target.pr_number is None and not args.no_comment:
-            found = port.pulls_for_commit(sha)
-            target = replace(target, pr_number=found[0] if found else None)
-        if args.no_comment:
-            target = replace(target, pr_number=None)
-        if review is None:
-            heading = "In progress" if args.status == "in_progress" else "Queued"
-            mark_check(port, target, config.github, args.status, heading, args.summary or heading)
-            name = config.github.check_name
-            print(f"perfcheck: check {name!r} on {sha[:7]}: {args.status}", file=sys.stderr)
-            return 0
-        # Acks: perfcheck.yml's, and `/perfcheck ack` from people with the command permission.
-        found = acks.from_config(config.acks)
-        if target.pr_number is not None:
-            found += acks.from_comments(
-                port.commands(target.pr_number, "/perfcheck ack"),
-                port.permission,
-                config.github.command_permission,
-                sha,
-                port.first_check_started(sha, config.github.check_name),
-            )
-        review = acks.apply(review, found)
-        review = review.model_copy(update={"summary": headline(review)})
-        outcome = publish_review(port, review, target, config.github, args.templates, merged(config.matrix))
-    except PublishRefused as err:
-        print(f"perfcheck: {err}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    except GitHubError as err:
-        print(f"perfcheck: GitHub: {err}", file=sys.stderr)
-        if review is not None:
-            print("perfcheck: the review was not posted; here it is, so it is not lost:", file=sys.stderr)
-            print(comment_body(review, target, "0" * 16, args.templates, merged(config.matrix)))
-        return EXIT_GITHUB
-    print(
-        f"perfcheck: comment {outcome.comment}; check run {outcome.check_run_id}: {outcome.conclusion}, "
-        f"{outcome.annotations} annotation{'s' if outcome.annotations != 1 else ''}",
-        file=sys.stderr,
+    env = GitHubSettings.from_environ()
+    flags = publish_flow.PublishFlags(
+        report=args.report,
+        sha=args.sha,
+        plan_file=args.plan_file,
+        pr=args.pr,
+        repo=args.repo,
+        config=args.config,
+        templates=args.templates,
+        status=args.status,
+        summary=args.summary,
+        planned_by=args.planned_by,
+        no_comment=args.no_comment,
+        dry_run=args.dry_run,
     )
-    return 0
+    try:
+        settings = publish_flow.settings_from(flags, env, Path.cwd())
+    except publish_flow.PublishInputError as err:
+        print(f"perfcheck: {err}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    repo = settings.repository
+    port = DryRunGitHub(repo) if settings.dry_run else _github_port(env, repo)
+    return publish_flow.publish(settings, port, _say, print)
+
+
+def _say(line: str) -> None:
+    print(f"perfcheck: {line}", file=sys.stderr)
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -440,7 +309,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"perfcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_review_parser(sub)
+    _add_probe_parser(sub)
+    _add_report_parser(sub)
+    _add_schema_parser(sub)
+    _add_plan_parser(sub)
+    _add_publish_parser(sub)
+    _add_serve_parser(sub)
+    _add_render_parser(sub)
+    add_trace_parser(sub)
+    add_history_parser(sub)
+    add_html_parser(sub)
+    add_sweep_parser(sub)
+    return parser
 
+
+def _add_review_parser(sub: Any) -> None:
     review = sub.add_parser(
         "review",
         help="probe a base and a head tree side by side and write the review",
@@ -455,6 +339,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     review.set_defaults(func=_cmd_review)
 
+
+def _add_probe_parser(sub: Any) -> None:
     probe = sub.add_parser(
         "probe",
         help="run the probes only (the part that runs PR code) and write probes.json",
@@ -473,6 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     probe.set_defaults(func=_cmd_probe)
 
+
+def _add_report_parser(sub: Any) -> None:
     report = sub.add_parser(
         "report",
         help="merge probes.json shards, compare, and write the review",
@@ -506,6 +394,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
     report.set_defaults(func=_cmd_report)
 
+
+def _add_schema_parser(sub: Any) -> None:
     schema = sub.add_parser(
         "schema",
         help="print the JSON Schema of result.json",
@@ -513,6 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.set_defaults(func=_cmd_schema)
 
+
+def _add_plan_parser(sub: Any) -> None:
     plan = sub.add_parser(
         "plan",
         help="decide from a GitHub event whether and what to review",
@@ -538,6 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     plan.set_defaults(func=_cmd_plan)
 
+
+def _add_publish_parser(sub: Any) -> None:
     publish = sub.add_parser(
         "publish",
         help="post a review: the sticky PR comment and the check run with annotations",
@@ -573,6 +467,8 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--dry-run", action="store_true", help="print the API calls instead of making them")
     publish.set_defaults(func=_cmd_publish)
 
+
+def _add_serve_parser(sub: Any) -> None:
     serve = sub.add_parser(
         "serve",
         help="run as a GitHub App: receive webhooks and answer them",
@@ -587,6 +483,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", type=Path, help="settings file (command permission, probe workflow)")
     serve.set_defaults(func=_cmd_serve)
 
+
+def _add_render_parser(sub: Any) -> None:
     render = sub.add_parser(
         "render",
         help="render the comment from a result.json",
@@ -594,12 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     render.add_argument("result", type=Path, help="path to result.json")
     render.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")
+    render.add_argument(
+        "--config", type=Path, help="settings file: its plugins and matrix (default: perfcheck.yml here)"
+    )
     render.set_defaults(func=_cmd_render)
-    add_trace_parser(sub)
-    add_history_parser(sub)
-    add_html_parser(sub)
-    add_sweep_parser(sub)
-    return parser
 
 
 @contextlib.contextmanager

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfcheck.argtypes import positive
+from perfcheck.core import deltas
 from perfcheck.trace_cli import table
 
 if TYPE_CHECKING:
@@ -53,14 +54,6 @@ def _value(x: float | None) -> str:
     return "—" if x is None else f"{x:,.3f}".rstrip("0").rstrip(".")
 
 
-def _change(base: float | None, head: float | None) -> str:
-    if base is None or head is None:
-        return "—"
-    if base == 0:
-        return "—" if head == 0 else f"{head - base:+g}"
-    return f"{100 * (head - base) / base:+.1f} %"
-
-
 def _rev(rev: str | None) -> str:
     return "—" if rev is None else rev[:10]
 
@@ -85,7 +78,7 @@ def render_trend(workload: str, metric: str, rows: Sequence[TrendRow]) -> str:
             _rev(r.head_revision),
             _value(r.base),
             _value(r.head),
-            _change(r.base, r.head),
+            deltas.relative(r.base, r.head),
         ]
         for r in rows
     ]

@@ -41,16 +41,19 @@ def _history_heatmap(db: Path, reviews: int) -> dict[tuple[str, str], int] | Non
 
 
 def _cmd_html(args: argparse.Namespace) -> int:
+    from perfcheck.config import ConfigError, load_config
+    from perfcheck.core.matrix import merged
     from perfcheck.core.reports import render_html
     from perfcheck.schema import ContractError, load_review
 
     try:
+        config = load_config(args.config, Path.cwd())  # first: its plugins' categories are known then
         review = load_review(args.result)
         heatmap = _history_heatmap(args.history, args.last) if args.history else None
-    except (ContractError, _NoHistory) as err:
+    except (ConfigError, ContractError, _NoHistory) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    html = render_html(review, heatmap=heatmap, template_dir=args.templates)
+    html = render_html(review, heatmap=heatmap, template_dir=args.templates, matrix=merged(config.matrix))
     if args.out is None:
         sys.stdout.write(html)
         return 0
@@ -73,6 +76,9 @@ def add_html_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     html.add_argument("result", type=Path, help="a result.json written by `perfcheck review` or `report`")
     html.add_argument("--out", type=Path, help="the HTML file to write (default: standard output)")
     html.add_argument("--templates", type=Path, help="a folder whose report.html.j2 replaces perfcheck's")
+    html.add_argument(
+        "--config", type=Path, help="settings file: its plugins and matrix (default: perfcheck.yml here)"
+    )
     html.add_argument(
         "--history",
         type=Path,

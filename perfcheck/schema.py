@@ -330,7 +330,10 @@ class Finding(_Strict):
     @classmethod
     def _known(cls, v: str) -> str:
         if v not in categories():
-            raise ValueError(f"a known finding category, not {v!r}")
+            raise ValueError(
+                f"a known finding category, not {v!r} (a plugin probe's? name its module under "
+                "`plugins:` in the config this command reads)"
+            )
         return v
 
 

@@ -9,13 +9,12 @@ marked) and OUT/sweep.svg (step time against compile latency). Exit codes: 0 eve
 from __future__ import annotations
 
 import argparse
-import html
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from perfcheck.config import Config, WorkloadConfig
+from perfcheck.core.charts import svg_sweep
 from perfcheck.core.markdown import cell, code
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 from perfcheck.sweep_schema import PointResult, SweepReport
@@ -100,98 +99,6 @@ def render_table(report: SweepReport) -> str:
     return "\n".join(out) + "\n"
 
 
-# The SVG's geometry, in pixels.
-WIDTH, HEIGHT = 760, 460
-LEFT, RIGHT, TOP, BOTTOM = 80, 40, 50, 70
-R_MIN, R_MAX = 4.0, 14.0
-TICKS = 5
-
-
-def _span(values: Sequence[float]) -> tuple[float, float]:
-    lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.1 or max(abs(hi) * 0.1, 1e-3)
-    return max(lo - pad, 0.0), hi + pad
-
-
-def _scale(lo: float, hi: float, out_lo: float, out_hi: float) -> tuple[float, float]:
-    """Slope and offset of the linear map [lo, hi] -> [out_lo, out_hi]."""
-    slope = (out_hi - out_lo) / (hi - lo)
-    return slope, out_lo - lo * slope
-
-
-def _radius(mb: float, lo: float, hi: float) -> float:
-    # Area, not radius, grows with memory, so a point twice the memory does not look four times it.
-    share = (mb - lo) / (hi - lo) if hi > lo else 0.5
-    return R_MIN + (R_MAX - R_MIN) * math.sqrt(share)
-
-
-def _text(x: float, y: float, body: str, **attrs: str) -> str:
-    extra = "".join(f' {k.replace("_", "-")}="{html.escape(v, quote=True)}"' for k, v in attrs.items())
-    return f'<text x="{x:.1f}" y="{y:.1f}"{extra}>{html.escape(body, quote=True)}</text>'
-
-
-def render_svg(report: SweepReport) -> str:
-    """Step time against cold compile latency; marker area is memory; the Pareto front connected."""
-    title = f"perfcheck sweep · {report.workload} · {report.backend} on {report.device}"
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" '
-        f'viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="11">',
-        f"<title>{html.escape(title, quote=True)}</title>",
-        f'<rect width="{WIDTH}" height="{HEIGHT}" fill="white"/>',
-        _text(WIDTH / 2, 24, title, text_anchor="middle", font_size="14"),
-    ]
-    plotted = [p for p in report.points if p.measured]
-    left, right, top, bottom = LEFT, WIDTH - RIGHT, TOP, HEIGHT - BOTTOM
-    if plotted:
-        xs = [p.compile_s or 0.0 for p in plotted]
-        ys = [p.step_ms or 0.0 for p in plotted]
-        mbs = [p.peak_mb or 0.0 for p in plotted]
-        (x_lo, x_hi), (y_lo, y_hi) = _span(xs), _span(ys)
-        xa, xb = _scale(x_lo, x_hi, left, right)
-        ya, yb = _scale(y_lo, y_hi, bottom, top)
-        parts.append(
-            f'<path d="M{left},{top} V{bottom} H{right}" fill="none" stroke="#444" stroke-width="1"/>'
-        )
-        for i in range(TICKS + 1):
-            xv, yv = x_lo + (x_hi - x_lo) * i / TICKS, y_lo + (y_hi - y_lo) * i / TICKS
-            px, py = xa * xv + xb, ya * yv + yb
-            parts.append(f'<path d="M{px:.1f},{bottom} v5 M{left},{py:.1f} h-5" stroke="#444"/>')
-            parts.append(_text(px, bottom + 18, f"{xv:.3g}", text_anchor="middle"))
-            parts.append(_text(left - 8, py + 4, f"{yv:.3g}", text_anchor="end"))
-        parts.append(_text((left + right) / 2, HEIGHT - 28, "cold compile latency (s)", text_anchor="middle"))
-        mid = (top + bottom) / 2
-        parts.append(
-            _text(18, mid, "step time (ms)", text_anchor="middle", transform=f"rotate(-90 18 {mid:.1f})")
-        )
-        front = sorted((p for p in plotted if p.pareto), key=lambda p: (p.compile_s, p.step_ms))
-        if len(front) > 1:
-            path = " ".join(
-                f"{xa * (p.compile_s or 0) + xb:.1f},{ya * (p.step_ms or 0) + yb:.1f}" for p in front
-            )
-            parts.append(f'<polyline points="{path}" fill="none" stroke="#d9480f" stroke-width="1.5"/>')
-        for p, x, y, mb in zip(plotted, xs, ys, mbs, strict=True):
-            px, py, r = xa * x + xb, ya * y + yb, _radius(mb, min(mbs), max(mbs))
-            fill = "#d9480f" if p.pareto else "#868e96"
-            label = f"{p.point.label} · {mb:,.0f} MB"
-            parts.append(
-                f'<circle cx="{px:.1f}" cy="{py:.1f}" r="{r:.1f}" fill="{fill}" fill-opacity="0.75">'
-                f"<title>{html.escape(label, quote=True)}</title></circle>"
-            )
-            # Labels point inwards, so that those near the right edge stay inside the picture.
-            if px > (left + right) / 2:
-                parts.append(_text(px - r - 3, py - r / 2, label, text_anchor="end"))
-            else:
-                parts.append(_text(px + r + 3, py - r / 2, label))
-    else:
-        parts.append(_text(WIDTH / 2, HEIGHT / 2, "no point was measured", text_anchor="middle"))
-    missing = len(report.points) - len(plotted)
-    if missing:
-        note = f"{missing} point(s) not plotted (crashed, timed out or skipped); see the table"
-        parts.append(_text(left, HEIGHT - 8, note))
-    parts.append("</svg>")
-    return "\n".join(parts) + "\n"
-
-
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError, load_config
     from perfcheck.progress import Progress
@@ -220,7 +127,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sweep.json").write_text(report.model_dump_json(indent=1))
     (args.out / "sweep.md").write_text(table, encoding="utf-8")
-    (args.out / "sweep.svg").write_text(render_svg(report), encoding="utf-8")
+    (args.out / "sweep.svg").write_text(svg_sweep(report), encoding="utf-8")
     print(table)
     counts = {s: sum(p.status == s for p in report.points) for s in ("ok", "crashed", "timeout", "skipped")}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n)

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from fakegithub import FakeGitHub
 
+from perfcheck.bot.events import parse_event
 from perfcheck.bot.gateway import GitHubError, GitHubGateway
-from perfcheck.bot.plan import plan
+from perfcheck.bot.plan import decide
 from perfcheck.bot.publish import parse_state, publish_review
 from perfcheck.bot.respond import lookup_context, respond
 from perfcheck.bot.retry import RetryPolicy
@@ -260,7 +261,8 @@ def test_gives_up_after_the_last_attempt(github: FakeGitHub, port: GitHubGateway
 
 
 def _plan_and_respond(port: GitHubGateway, event: str, payload: dict[str, Any], config: Config) -> Any:
-    decided = plan(event, payload, lookup_context(event, payload, config, port))
+    ev = parse_event(event, payload)
+    decided = decide(event, ev, lookup_context(ev, config, port))
     respond(port, decided, config)
     return decided
 

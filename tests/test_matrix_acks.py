@@ -121,7 +121,7 @@ def test_only_writers_acks_count() -> None:
     ]
     roles = {"maintainer": "maintain", "passerby": "read"}
     found = acks.from_comments(posted, roles.__getitem__, "write", "abc1234", "2026-11-29T09:00:00Z")
-    assert [(a.category, a.note.by, a.note.at, a.note.sha, a.expired) for a in found] == [
+    assert [(a.category, a.by, a.at, a.sha, a.expired) for a in found] == [
         ("recompile", "maintainer", "2026-11-29T10:00:00Z", "abc1234", False)
     ]
 
@@ -132,7 +132,7 @@ def test_an_ack_posted_before_the_head_was_pushed_expires() -> None:
         acks.PostedComment("maintainer", "2026-11-29T10:00:00Z", "/perfcheck ack graph_break_added -- ok")
     ]
     found = acks.from_comments(posted, lambda _: "write", "write", "b" * 40, "2026-11-29T11:00:00Z")
-    assert [(a.expired, a.note.sha) for a in found] == [(True, None)]
+    assert [(a.expired, a.sha) for a in found] == [(True, None)]
     # When perfcheck cannot tell when the head appeared, an ack does not cover it either.
     assert acks.from_comments(posted, lambda _: "write", "write", "b" * 40, None)[0].expired
     review = acks.apply(load_review(DATA / "demo-result.json"), found)
@@ -145,8 +145,9 @@ def test_an_ack_posted_before_the_head_was_pushed_expires() -> None:
 
 def test_acked_findings_render_with_who_when_and_why() -> None:
     review = load_review(DATA / "demo-result.json")
-    said = acks.Acknowledgement(by="octocat", reason="@org/team <b>ok</b>", at="2026-11-29T10:00:00Z")
-    note = acks.Ack("graph_break_added", None, said)
+    note = acks.Ack(
+        category="graph_break_added", by="octocat", reason="@org/team <b>ok</b>", at="2026-11-29T10:00:00Z"
+    )
     comment = render_comment(acks.apply(review, [note]))
     assert "Acknowledged by octocat on 2026-11-29" in comment
     assert "@org" not in comment.split("Acknowledged by", 1)[1].split("\n", 1)[0]  # the reason is inert

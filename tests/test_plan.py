@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from perfcheck.bot.command import CommandError, parse_command
+from perfcheck.bot.command import CommandError, has_permission, parse_command
 from perfcheck.bot.events import PayloadError, PullRequest, parse_event
-from perfcheck.bot.plan import Context, has_permission, matching_files, plan
+from perfcheck.bot.plan import Context, matching_files, plan
 from perfcheck.config import parse_config
 
 WEBHOOKS = Path(__file__).parent / "data" / "webhooks"

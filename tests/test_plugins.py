@@ -93,6 +93,17 @@ def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: 
     assert "`perfcheck review --base BASE --head HEAD --workloads net --probes toy`" in comment
     assert "Allowed growth" in comment and "10 %" in comment  # its detail field
 
+    # The commands that read a result.json know the plugin from the config they read.
+    config = str(base / "perfcheck.yml")
+    rendered = _perfcheck("render", str(out / "result.json"), "--config", config, cwd=tmp_path)
+    assert rendered.returncode == 0, rendered.stderr
+    assert rendered.stdout.strip() == comment.strip()
+    html = _perfcheck("html", str(out / "result.json"), "--config", config, cwd=tmp_path)
+    assert html.returncode == 0 and "Parameter count grew" in html.stdout, html.stderr
+    unknown = _perfcheck("render", str(out / "result.json"), cwd=tmp_path)
+    assert unknown.returncode == 2 and "toy_parameters_grew" in unknown.stderr
+    assert "plugins:" in unknown.stderr and "Traceback" not in unknown.stderr
+
 
 def test_a_plugin_probes_settings_decide_and_the_review_passes_within_them(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, 32, 48, limit=60)

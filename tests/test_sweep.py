@@ -16,6 +16,7 @@ import pytest
 from conftest import model_tree, write_tree
 
 from perfcheck.config import Config, SweepConfig, WorkloadConfig, parse_config
+from perfcheck.core.charts import svg_sweep
 from perfcheck.core.pareto import dominates, pareto_front
 from perfcheck.runner.sweep import SweepJob, plan_points, run_point, run_sweep, skip_reason
 from perfcheck.sweep_cli import (
@@ -27,7 +28,6 @@ from perfcheck.sweep_cli import (
     by_step_time,
     exit_code,
     pick_workload,
-    render_svg,
     render_table,
 )
 from perfcheck.sweep_schema import PointResult, PointSpec, PointStatus, SweepPoint, SweepReport
@@ -170,7 +170,7 @@ def test_unmeasured_points_sort_last_in_plan_order() -> None:
 
 
 def test_the_svg_is_valid_escaped_and_connects_the_front() -> None:
-    svg = render_svg(HAND_MADE)
+    svg = svg_sweep(HAND_MADE)
     root = ElementTree.fromstring(svg)  # well-formed, so every piece of text was escaped
     assert len(root.findall(f"{SVG}circle")) == 3
     (front,) = root.findall(f"{SVG}polyline")
@@ -182,14 +182,14 @@ def test_the_svg_is_valid_escaped_and_connects_the_front() -> None:
     hostile = HAND_MADE.model_copy(
         update={"points": [_point(None, 1.0, 10, 1.0, options={"</text><script>": "&"}, pareto=True)]}
     )
-    root = ElementTree.fromstring(render_svg(hostile))
+    root = ElementTree.fromstring(svg_sweep(hostile))
     assert not root.findall(f".//{SVG}script")
     assert any("</text><script>" in (t.text or "") for t in root.iter(f"{SVG}text"))
 
 
 def test_an_svg_with_nothing_measured_says_so() -> None:
     empty = HAND_MADE.model_copy(update={"points": HAND_MADE.points[3:]})
-    assert "no point was measured" in render_svg(empty)
+    assert "no point was measured" in svg_sweep(empty)
 
 
 def test_exit_codes_follow_failed_points_not_skipped_ones() -> None:

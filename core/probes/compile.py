@@ -7,6 +7,7 @@ import re
 from collections import Counter
 
 from perfcheck.config import Config
+from perfcheck.core import deltas
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.schema import CompileMetrics, Finding, GraphBreak, ProbeResult, WorkloadReview
 
@@ -123,12 +124,6 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     return Compared(_compile_findings(wl, b, h, config) + _compile_latency_findings(wl, b, h, config))
 
 
-def _pct(base: float, head: float) -> str:
-    if base <= 0:
-        return ""
-    return f"{(head - base) / base * 100:+.0f} %"
-
-
 def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     rows: list[Row] = []
     if bc or hc:
@@ -143,9 +138,7 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 "graphs / breaks",
                 cell(bc, f"{bm.graph_count} / {bm.graph_break_count}" if bm else None),
                 cell(hc, f"{hm.graph_count} / {hm.graph_break_count}" if hm else None),
-                f"{hm.graph_break_count - bm.graph_break_count:+d} breaks"
-                if bm and hm and hm.graph_break_count != bm.graph_break_count
-                else ("=" if bm and hm else ""),
+                deltas.count(bm.graph_break_count, hm.graph_break_count, "breaks") if bm and hm else "",
             )
         )
         rows.append(
@@ -153,9 +146,7 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 "recompiles",
                 cell(bc, str(bm.recompile_count) if bm else None),
                 cell(hc, str(hm.recompile_count) if hm else None),
-                f"{hm.recompile_count - bm.recompile_count:+d}"
-                if bm and hm and hm.recompile_count != bm.recompile_count
-                else ("=" if bm and hm else ""),
+                deltas.count(bm.recompile_count, hm.recompile_count) if bm and hm else "",
             )
         )
         either = hm or bm
@@ -164,7 +155,9 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 f"cold compile ({either.backend})" if either else "cold compile",
                 cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
                 cell(hc, f"{hm.cold_compile_s:.2f} s" if hm else None),
-                _pct(bm.cold_compile_s, hm.cold_compile_s) if bm and hm else "",
+                deltas.relative(bm.cold_compile_s, hm.cold_compile_s, digits=0, missing="")
+                if bm and hm
+                else "",
             )
         )
     return rows

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from statistics import median
 
 from perfcheck.config import Config
+from perfcheck.core import deltas
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
 from perfcheck.core.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
 from perfcheck.schema import (
@@ -42,12 +43,9 @@ HOST_BOUND_ADVICE = (
 )
 
 
-def _pct(x: float) -> str:
-    return f"{x:+.1f} %"
-
-
 def _interval(m: MetricChange) -> str:
-    return f"{_pct(m.change_pct)} ({m.confidence:.0%} CI {_pct(m.low_pct)} … {_pct(m.high_pct)})"
+    pct = deltas.signed_pct
+    return f"{pct(m.change_pct)} ({m.confidence:.0%} CI {pct(m.low_pct)} … {pct(m.high_pct)})"
 
 
 def _metric_words(m: MetricChange) -> str:
@@ -211,7 +209,7 @@ def _memory_findings(wl: str, b: TimingMetrics, h: TimingMetrics, config: Config
 
 
 def delta_cell(m: MetricChange) -> str:
-    return f"{m.change_pct:+.1f} % ({m.low_pct:+.1f} … {m.high_pct:+.1f})"
+    return deltas.interval(m.change_pct, m.low_pct, m.high_pct)
 
 
 def _count(x: float) -> str:

@@ -1,0 +1,29 @@
+"""How a change is written, everywhere a table or a message shows one: signed, with its unit."""
+
+from __future__ import annotations
+
+
+def signed_pct(x: float, digits: int = 1) -> str:
+    """A change already in percent: ``+3.2 %``."""
+    return f"{x:+.{digits}f} %"
+
+
+def relative(base: float | None, head: float | None, digits: int = 1, missing: str = "—") -> str:
+    """head against base in percent; from zero, the plain difference (no percentage of nothing)."""
+    if base is None or head is None:
+        return missing
+    if base == 0:
+        return missing if head == 0 else f"{head - base:+g}"
+    return signed_pct(100 * (head - base) / base, digits)
+
+
+def interval(change_pct: float, low_pct: float, high_pct: float, digits: int = 1) -> str:
+    """A change with its confidence interval: ``+3.2 % (+1.0 … +5.4)``."""
+    return f"{signed_pct(change_pct, digits)} ({low_pct:+.{digits}f} … {high_pct:+.{digits}f})"
+
+
+def count(base: int, head: int, unit: str = "") -> str:
+    """A change in a count: ``+2`` (``+2 breaks``), or ``=`` when there is none."""
+    if head == base:
+        return "="
+    return f"{head - base:+d} {unit}".rstrip()
