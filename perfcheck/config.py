@@ -83,6 +83,11 @@ class ExportConfig(_Section):
     deny_ops: list[str] = Field(default_factory=list)
     strict: bool = Field(default=False, description="torch.export strict (Dynamo) tracing")
     decompose: bool = Field(default=True, description="hash the core ATen IR after run_decompositions()")
+    fail_on_ir_change: bool = Field(
+        default=False,
+        description="an IR change fails the check (a compiler repo, where the IR is the contract); "
+        "off, it is a warning. Denied ops and ops outside allow_ops fail either way",
+    )
 
     @field_validator("allow_ops", "deny_ops")
     @classmethod

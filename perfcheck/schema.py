@@ -23,6 +23,7 @@ Category = Literal[
     "export_ir_changed",
     "export_op_denied",
     "export_failed",
+    "export_fixed",
     "amp_fp32_fallback",
     "throughput_regression",
     "compile_latency_regression",
@@ -95,6 +96,11 @@ class CompileMetrics(_Strict):
     graph_breaks: list[GraphBreak] = []
     recompile_count: int = Field(ge=0)
     recompiles: list[Recompile] = []
+    second_batch: str | None = Field(
+        default=None,
+        description="why the recompile check's call with another batch did not run as planned "
+        "(the workload gave none, or it raised); None: it ran",
+    )
     cold_compile_s: float = Field(ge=0)
     compile_breakdown_s: dict[str, float] = Field(
         default_factory=dict, description="dynamo / aot / inductor seconds where torch reports them"

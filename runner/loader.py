@@ -29,12 +29,20 @@ def _import_file(path: Path) -> Any:
     # A unique module name per file keeps base and head (and same-named files) apart.
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
     name = f"_perfcheck_workload_{path.stem}_{digest}"
+    if name in sys.modules:
+        # Once per process, as Python imports a module: a probe that builds the model twice must
+        # not run the module's top level twice (a torch.library definition there would clash).
+        return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise WorkloadError(f"cannot import {path}")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]  # a failed import is not cached, as Python does not cache one
+        raise
     return module
 
 

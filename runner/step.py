@@ -66,8 +66,13 @@ def prepare(model: torch.nn.Module, train: bool) -> torch.nn.Module:
 
 
 def resize_batch(inputs: tuple[Any, ...], batch: int) -> tuple[Any, ...]:
-    """The inputs cut to ``batch`` rows along dim 0, for the recompilation check."""
-    return tuple(t[:batch] if isinstance(t, torch.Tensor) and t.dim() > 0 else t for t in inputs)
+    """The inputs cut to ``batch`` rows along dim 0, for the recompilation check. Only what is a
+    batch is cut: tensors whose first dimension is the batch's (offsets, index and lookup tensors
+    of other lengths stay whole)."""
+    full = batch_size(inputs)
+    return tuple(
+        t[:batch] if isinstance(t, torch.Tensor) and t.dim() > 0 and t.shape[0] == full else t for t in inputs
+    )
 
 
 def synchronize(device: str) -> None:

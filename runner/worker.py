@@ -30,12 +30,17 @@ def _builder(spec: ProbeSpec) -> Workload:
     build = load_build(spec.workload.entry, tree)
     try:
         built = build(spec.device)
-        model, inputs = built
+        model, inputs, *rest = built
     except (Exception, SystemExit) as err:
         raise _BuildError(err) from err
-    if not isinstance(inputs, tuple):
-        inputs = (inputs,)
-    return Workload(name=spec.workload.name, model=model, inputs=inputs)
+    if len(rest) > 1:
+        raise _BuildError(ValueError("build() returns (model, inputs) or (model, inputs, second_inputs)"))
+
+    def as_tuple(x: object) -> tuple[object, ...]:
+        return x if isinstance(x, tuple) else (x,)
+
+    second = as_tuple(rest[0]) if rest and rest[0] is not None else None
+    return Workload(spec.workload.name, model, as_tuple(inputs), second=second, second_given=bool(rest))
 
 
 def _describe(err: BaseException, tree: Path, workload: str) -> str:

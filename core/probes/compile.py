@@ -149,6 +149,16 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 deltas.count(bm.recompile_count, hm.recompile_count) if bm and hm else "",
             )
         )
+        if (bm and bm.second_batch) or (hm and hm.second_batch):
+            # Recompiles are counted without the call with another batch: say so, per side.
+            rows.append(
+                Row(
+                    "recompile check's second batch",
+                    cell(bc, (bm.second_batch or "ran") if bm else None),
+                    cell(hc, (hm.second_batch or "ran") if hm else None),
+                    "",
+                )
+            )
         either = hm or bm
         rows.append(
             Row(

@@ -11,12 +11,91 @@ from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
 MAX_DIFF_LINES = 120
 
 
-def _export_findings(wl: str, base: ProbeResult, head: ProbeResult) -> list[Finding]:
+def _total(op_diff: dict[str, list[int]], part: str, side: int) -> int:
+    return sum(counts[side] for op, counts in op_diff.items() if part in op)
+
+
+def read_op_diff(op_diff: dict[str, list[int]], base_text: str, head_text: str, training: bool) -> str | None:
+    """What the op diff itself says happened, for the matrix's rules; None when it says nothing
+    more than "different ops". ``op_diff`` holds only the ops whose counts differ."""
+    sdpa_b, sdpa_h = _total(op_diff, "scaled_dot_product", 0), _total(op_diff, "scaled_dot_product", 1)
+    soft_b, soft_h = _total(op_diff, "softmax", 0), _total(op_diff, "softmax", 1)
+    if sdpa_b > sdpa_h and soft_h > soft_b:
+        return "sdpa lost"
+    if sdpa_h > sdpa_b and soft_b > soft_h:
+        return "sdpa gained"
+    if "torch.float64" in head_text and "torch.float64" not in base_text:
+        return "float64"
+    if not training and _total(op_diff, "dropout", 1) > _total(op_diff, "dropout", 0):
+        return "dropout in eval"
+    return None
+
+
+def _training(config: Config, wl: str) -> bool:
+    try:
+        return config.workload(wl).train
+    except KeyError:
+        return False
+
+
+def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> Finding:
+    ops = sorted(set(b.op_counts) | set(h.op_counts))
+    op_diff = {
+        op: [b.op_counts.get(op, 0), h.op_counts.get(op, 0)]
+        for op in ops
+        if b.op_counts.get(op, 0) != h.op_counts.get(op, 0)
+    }
+    diff = list(
+        difflib.unified_diff(
+            (b.graph_text or "").splitlines(),
+            (h.graph_text or "").splitlines(),
+            "base",
+            "head",
+            lineterm="",
+            n=1,
+        )
+    )
+    summary = ", ".join(f"{op} {n0}→{n1}" for op, (n0, n1) in op_diff.items()) or "same ops, different graph"
+    # Severity by intent: a model repo changes its IR on purpose; a compiler repo makes it a contract.
+    fail = config.export.fail_on_ir_change
+    decided = "export.fail_on_ir_change is on" if fail else "a warning: export.fail_on_ir_change is off"
+    evidence: dict[str, object] = {
+        "base_sha256": b.graph_sha256,
+        "head_sha256": h.graph_sha256,
+        "op_diff": op_diff,
+        "diff": "\n".join(diff[:MAX_DIFF_LINES]),
+        "diff_truncated": len(diff) > MAX_DIFF_LINES,
+    }
+    reading = read_op_diff(op_diff, b.graph_text or "", h.graph_text or "", _training(config, wl))
+    if reading is not None:
+        evidence["reading"] = reading
+    return Finding(
+        category="export_ir_changed",
+        severity="error" if fail else "warning",
+        workload=wl,
+        probe="export",
+        message=f"ops: {summary} ({decided})",
+        evidence=evidence,
+    )
+
+
+def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
     out: list[Finding] = []
     b: ExportMetrics | None = base.export
     h: ExportMetrics | None = head.export
     if h is None:
         return out
+    if base.status == "failed" and head.status == "ok" and b is not None:
+        out.append(
+            Finding(
+                category="export_fixed",
+                severity="info",
+                workload=wl,
+                probe="export",
+                message=f"torch.export works on head (on base it failed: {b.error_type})",
+                evidence={"base_error": (b.error_message or "")[:2000]},
+            )
+        )
     if head.status == "failed":
         base_failed = base.status == "failed"
         out.append(
@@ -46,46 +125,12 @@ def _export_findings(wl: str, base: ProbeResult, head: ProbeResult) -> list[Find
             )
         )
     if b is not None and base.status == "ok" and b.graph_sha256 != h.graph_sha256:
-        ops = sorted(set(b.op_counts) | set(h.op_counts))
-        op_diff = {
-            op: [b.op_counts.get(op, 0), h.op_counts.get(op, 0)]
-            for op in ops
-            if b.op_counts.get(op, 0) != h.op_counts.get(op, 0)
-        }
-        diff = list(
-            difflib.unified_diff(
-                (b.graph_text or "").splitlines(),
-                (h.graph_text or "").splitlines(),
-                "base",
-                "head",
-                lineterm="",
-                n=1,
-            )
-        )
-        summary = (
-            ", ".join(f"{op} {n0}→{n1}" for op, (n0, n1) in op_diff.items()) or "same ops, different graph"
-        )
-        out.append(
-            Finding(
-                category="export_ir_changed",
-                severity="error",
-                workload=wl,
-                probe="export",
-                message=f"ops: {summary}",
-                evidence={
-                    "base_sha256": b.graph_sha256,
-                    "head_sha256": h.graph_sha256,
-                    "op_diff": op_diff,
-                    "diff": "\n".join(diff[:MAX_DIFF_LINES]),
-                    "diff_truncated": len(diff) > MAX_DIFF_LINES,
-                },
-            )
-        )
+        out.append(_ir_changed(wl, b, h, config))
     return out
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
-    return Compared(_export_findings(wl, base, head))
+    return Compared(_export_findings(wl, base, head, config))
 
 
 def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> list[Row]:

@@ -22,6 +22,10 @@ class Workload:
     name: str
     model: Any  # torch.nn.Module; typed loosely so this module stays importable without torch
     inputs: tuple[Any, ...]
+    # The recompile check's call with another batch: what build() gave as a third item (None: no
+    # such call), else ``second_given`` is False and the probe cuts the batch in half itself.
+    second: tuple[Any, ...] | None = None
+    second_given: bool = False
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,9 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters, guard_failures
 
+from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
+from perfcheck.runner.break_log import LoggedBreak
 from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
 from perfcheck.runner.locate import innermost_user_frame, to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
@@ -53,7 +55,9 @@ def _recompile_reasons() -> list[Recompile]:
     return out
 
 
-def graph_breaks_of(explained: Any, tree: Path) -> list[GraphBreak]:
+def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None = None) -> list[GraphBreak]:
+    """Every break: ``explain``'s, with its user stacks, and those Dynamo logged while compiling
+    that explain does not list (a break at a frame's first line, in a generator, ...)."""
     grouped: Counter[tuple[str, str, SourceLocation | None]] = Counter()
     for reason in explained.break_reasons:
         frame = innermost_user_frame(reason.user_stack, tree) or (
@@ -61,10 +65,33 @@ def graph_breaks_of(explained: Any, tree: Path) -> list[GraphBreak]:
         )
         location = to_location(frame, tree) if frame is not None else None
         grouped[(break_type(reason.reason), reason.reason.strip(), location)] += 1
+    explained_at = {(loc.path, loc.line) for (_, _, loc) in grouped if loc is not None}
+    for lb in logged or []:
+        location = to_location(innermost_user_frame(lb.stack, tree) or lb.stack[-1], tree)
+        if (location.path, location.line) not in explained_at:
+            grouped[(break_type(lb.reason), lb.reason, location)] += 1
     return [
         GraphBreak(break_type=kind, reason=text, location=loc, count=n)
         for (kind, text, loc), n in grouped.items()
     ]
+
+
+def _second_batch(step: Callable[..., Any], built: Workload) -> str | None:
+    """Call with another batch (the workload's own second inputs, else half the batch) and the
+    main inputs again; None when that ran. Its failure is a note on the recompile row: the
+    graphs and breaks already measured stand."""
+    if built.second_given and built.second is None:
+        return "not run: the workload gives no second inputs"
+    second = built.second
+    if second is None:
+        second = steps.resize_batch(built.inputs, max(1, steps.batch_size(built.inputs) // 2))
+    try:
+        step(*second)
+        step(*built.inputs)
+    except Exception as err:  # the model's own code on inputs it was not written for
+        first = (str(err).strip().splitlines() or [""])[0][:200]
+        return f"the call with another batch raised {type(err).__name__}: {first}"
+    return None
 
 
 class CompileProbe:
@@ -83,22 +110,18 @@ class CompileProbe:
         compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
         step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
 
-        start = time.perf_counter()
-        step(*built.inputs)
-        steps.synchronize(spec.device)
-        cold = time.perf_counter() - start
+        with break_log.recording() as logged:
+            start = time.perf_counter()
+            step(*built.inputs)
+            steps.synchronize(spec.device)
+            cold = time.perf_counter() - start
         breakdown = compile_breakdown()
         first_frames = compiled_frames()
 
-        batch = steps.batch_size(built.inputs)
         # Same inputs again must hit the cache; another batch size shows shape specialisation.
-        for inputs in (
-            built.inputs,
-            built.inputs,
-            steps.resize_batch(built.inputs, max(1, batch // 2)),
-            built.inputs,
-        ):
-            step(*inputs)
+        for _ in range(2):
+            step(*built.inputs)
+        second_batch = _second_batch(step, built)
         steps.synchronize(spec.device)
         recompiles = _recompile_reasons()
         recompile_count = compiled_frames() - first_frames
@@ -113,13 +136,16 @@ class CompileProbe:
             explained = torch._dynamo.explain(fresh_model)(*fresh.inputs)
         torch._dynamo.reset()
 
+        breaks = graph_breaks_of(explained, tree, logged)
         metrics = CompileMetrics(
             backend=cfg.backend,
             graph_count=explained.graph_count,
-            graph_break_count=explained.graph_break_count,
-            graph_breaks=graph_breaks_of(explained, tree),
+            # One count: the breaks listed, so the table and the findings agree.
+            graph_break_count=sum(b.count for b in breaks),
+            graph_breaks=breaks,
             recompile_count=recompile_count,
             recompiles=recompiles,
+            second_batch=second_batch,
             cold_compile_s=round(cold, 4),
             compile_breakdown_s=breakdown,
             op_count=explained.op_count,

@@ -1,0 +1,252 @@
+"""Findings a reviewer can act on (issue 14), each reproduced from real torch code: severity by
+the project's intent, causes read from the evidence."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import ReviewFn, fast_config, model_tree, write_tree
+
+from perfcheck.core.matrix import resolve
+from perfcheck.core.render import render_comment
+from perfcheck.schema import Finding, Review
+
+
+def only(review: Review, category: str) -> list[Finding]:
+    return [f for f in review.findings if f.category == category]
+
+
+# -- severity by intent --------------------------------------------------------------------------
+
+
+def test_an_ir_change_is_a_warning_unless_the_project_makes_the_ir_a_contract(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "h = torch.nn.functional.gelu(h)")  # ReLU → GELU, on purpose
+    result = review(base, head, probes=("export",))
+    [ir] = only(result, "export_ir_changed")
+    assert ir.severity == "warning" and result.verdict == "pass"
+    assert "a warning: export.fail_on_ir_change is off" in ir.message  # which setting decided, in the comment
+    assert "a warning: export.fail_on_ir_change is off" in render_comment(result).replace("\\", "")
+
+    contract = review(base, head, config=fast_config("export: {fail_on_ir_change: true}"), probes=("export",))
+    [ir] = only(contract, "export_ir_changed")
+    assert ir.severity == "error" and contract.verdict == "fail"
+    assert "export.fail_on_ir_change is on" in ir.message
+
+
+def test_a_denied_op_fails_even_where_ir_changes_only_warn(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "h = torch.nn.functional.dropout(h, p=0.1, training=True)")
+    config = fast_config("export:\n  deny_ops: [aten.native_dropout.default]")
+    result = review(base, head, config=config, probes=("export",))
+    [denied] = only(result, "export_op_denied")
+    assert denied.severity == "error" and result.verdict == "fail"
+    [ir] = only(result, "export_ir_changed")
+    assert ir.severity == "warning"
+    # inference workload, dropout appearing in its graph: the matrix names the training-mode leak
+    assert ir.evidence["reading"] == "dropout in eval"
+    entry = resolve(ir)
+    assert entry is not None and "training mode" in entry.cause
+
+
+# -- causes read from the evidence ----------------------------------------------------------------
+
+ATTENTION = """\
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 8, 3, 4, 8).permute(2, 0, 3, 1, 4)
+        {attention}
+        return o.sum(-1)
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Attention().to(device), (torch.randn(2, 8, 32).to(device),)
+"""
+SDPA = "o = F.scaled_dot_product_attention(q, k, v)"
+EAGER = "o = ((q @ k.transpose(-2, -1)) / 8 ** 0.5).softmax(-1) @ v"
+
+
+def test_attention_that_leaves_sdpa_is_named_from_the_op_diff(review: ReviewFn, tmp_path: Path) -> None:
+    base = write_tree(tmp_path / "base", {"model.py": ATTENTION.replace("{attention}", SDPA)})
+    head = write_tree(tmp_path / "head", {"model.py": ATTENTION.replace("{attention}", EAGER)})
+    # The pre-dispatch IR keeps scaled_dot_product_attention as one op on every device; core ATen on
+    # the CPU decomposes it into the same math the eager code writes out.
+    config = fast_config("export: {decompose: false}")
+    result = review(base, head, config=config, probes=("export",))
+    [ir] = only(result, "export_ir_changed")
+    assert ir.evidence["op_diff"]["aten.scaled_dot_product_attention.default"] == [1, 0]
+    assert ir.evidence["op_diff"]["aten.softmax.int"] == [0, 1]
+    assert ir.evidence["reading"] == "sdpa lost"
+    comment = render_comment(result)
+    assert "attention no longer runs through `scaled_dot_product_attention`" in comment
+
+    back = review(head, base, config=config, probes=("export",))
+    [ir] = only(back, "export_ir_changed")
+    assert ir.evidence["reading"] == "sdpa gained"
+
+
+def test_a_float64_promotion_is_named(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "h = (h.double() * 0.5).float()")
+    result = review(base, head, probes=("export",))
+    [ir] = only(result, "export_ir_changed")
+    assert ir.evidence["reading"] == "float64"
+    entry = resolve(ir)
+    assert entry is not None and "float64" in entry.cause
+
+
+def test_an_export_that_works_again_is_good_news(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base", "h = h * 2 if h.sum() > 0 else h")  # data-dependent: export fails
+    head = model_tree(tmp_path / "head")
+    result = review(base, head, probes=("export",))
+    [fixed] = only(result, "export_fixed")
+    assert fixed.severity == "info" and result.verdict == "pass"
+    assert "on base it failed" in fixed.message and fixed.evidence["base_error"]
+    assert "torch.export works again" in render_comment(result)
+
+
+# -- workload code, imported once; the second batch never costs the result -----------------------
+
+LIBRARY_MODEL = """\
+import torch
+from torch import nn
+
+# Defined at import, the way PyTorch's own tests do: a second import would define it twice.
+lib = torch.library.Library("perfcheck_test_ns", "DEF")
+lib.define("scale(Tensor x) -> Tensor")
+lib.impl("scale", lambda x: x * 2, "CompositeExplicitAutograd")
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(x)
+
+
+def build(device):
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_a_module_level_library_definition_survives_two_builds(review: ReviewFn, tmp_path: Path) -> None:
+    tree = write_tree(tmp_path / "tree", {"model.py": LIBRARY_MODEL})
+    result = review(tree, tree, probes=("compile",))  # the compile probe builds the model twice
+    assert [r.status for r in result.workloads[0].head] == ["ok"], result.workloads[0].head[0].message
+    assert result.verdict == "pass"
+
+
+OFFSETS_MODEL = """\
+import torch
+from torch import nn
+
+
+class Bags(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(50, 8, mode="sum")
+
+    def forward(self, values, offsets):
+        out = self.bag(values, offsets)
+        {change}
+        return out * 2
+
+
+def build(device):
+    values = torch.arange(12).to(device)  # 12 looked-up ids in 4 bags: offsets hold 4 starts
+    offsets = torch.tensor([0, 3, 6, 9]).to(device)
+    return Bags().to(device), (values, offsets){second}
+"""
+
+
+def _bags(root: Path, change: str = "pass", second: str = "") -> Path:
+    return write_tree(
+        root, {"model.py": OFFSETS_MODEL.replace("{change}", change).replace("{second}", second)}
+    )
+
+
+def test_only_what_is_a_batch_is_cut_and_a_failing_second_call_is_a_note(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    # Halving every tensor's first dimension would cut the 12 values to 6 while offsets still
+    # point at 9: EmbeddingBag raises. values has 12 rows and offsets 4, so the "batch" (the first
+    # tensor's rows) is cut and offsets is left whole, which EmbeddingBag takes.
+    base = _bags(tmp_path / "base")
+    head = _bags(tmp_path / "head", "print('step')")  # a new break on head
+    result = review(base, head, probes=("compile",))
+    assert all(
+        r.status == "ok" for side in (result.workloads[0].base, result.workloads[0].head) for r in side
+    )
+    assert [f.category for f in result.findings if f.severity == "error"] == ["graph_break_added"]
+
+    # A second call that raises is a note on the table; the breaks measured before it stand.
+    broken = ", (torch.arange(12).to(device), torch.tensor([0, 30]).to(device))"
+    failing = review(
+        _bags(tmp_path / "b2", second=broken),
+        _bags(tmp_path / "h2", "print('step')", broken),
+        probes=("compile",),
+    )
+    head_result = failing.workloads[0].head[0]
+    assert head_result.status == "ok" and head_result.compile is not None
+    assert head_result.compile.second_batch is not None and "raised" in head_result.compile.second_batch
+    assert [f.category for f in failing.findings if f.severity == "error"] == ["graph_break_added"]
+    assert "recompile check's second batch" in render_comment(failing)
+
+    none = review(
+        _bags(tmp_path / "b3", second=", None"), _bags(tmp_path / "h3", second=", None"), probes=("compile",)
+    )
+    assert none.workloads[0].head[0].compile.second_batch == "not run: the workload gives no second inputs"  # type: ignore[union-attr]
+
+
+# -- every break Dynamo records, and one count of them -------------------------------------------
+
+FIRST_LINE = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        {change}
+        return torch.relu(self.fc(x))
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_a_break_on_a_frames_first_line_is_found_and_counted_once(review: ReviewFn, tmp_path: Path) -> None:
+    # torch._dynamo.explain reports one graph and no break here; Dynamo's own log has it.
+    base = write_tree(tmp_path / "base", {"model.py": FIRST_LINE.replace("{change}", "pass")})
+    head = write_tree(tmp_path / "head", {"model.py": FIRST_LINE.replace("{change}", 'print("step")')})
+    result = review(base, head, probes=("compile",))
+    [gb] = only(result, "graph_break_added")
+    assert gb.location is not None and (gb.location.path, gb.location.line) == ("model.py", 11)
+    assert gb.location.code == 'print("step")' and "builtin operator `print`" in gb.evidence["reason"]
+    entry = resolve(gb)
+    assert entry is not None and entry.cause.startswith("a `print` inside the compiled region")
+    assert result.verdict == "fail"
+    compile_head = result.workloads[0].head[0].compile
+    assert compile_head is not None and compile_head.graph_break_count == 1
+    # the table counts what the findings list
+    assert "+1 breaks" in render_comment(result)
