@@ -4,7 +4,10 @@ from config on top, and one pure function that picks a finding's symptom, cause 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -15,7 +18,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from perfcheck.config import MatrixEntry
-from perfcheck.schema import BUILTIN_CATEGORIES, Finding, categories
+from perfcheck.schema import BUILTIN_CATEGORIES, Finding, Review, categories
 
 
 class _Data(BaseModel):
@@ -137,27 +140,78 @@ def _matches(rule: Rule, evidence: dict[str, Any]) -> bool:
     return all(needle.lower() in str(evidence.get(key, "")).lower() for key, needle in rule.when.items())
 
 
-def _fill(command: str, finding: Finding) -> str:
+@dataclass(frozen=True)
+class Where:
+    """What a review's commands are filled with, so that they run as printed: the trees it
+    compared, its output folder, and per workload the profile traces it wrote (base, head; both
+    relative to the output folder)."""
+
+    base: str = "BASE"
+    head: str = "HEAD"
+    out: str = "perfcheck-out"
+    traces: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+
+
+def _fill(command: str, finding: Finding, where: Where) -> str | None:
+    """The command with the finding's and the review's values, each quoted for the shell (they
+    come from result.json); None when it names a trace the review did not write."""
+    traces = where.traces.get(finding.workload)
+    if ("{base_trace}" in command or "{head_trace}" in command) and traces is None:
+        return None
     values = {
         "workload": finding.workload,
         "probe": finding.probe,
         "path": finding.location.path if finding.location else "",
         "line": str(finding.location.line) if finding.location else "",
+        "side": str(finding.evidence.get("side", "head")),
+        "base": where.base,
+        "head": where.head,
+        "out": where.out,
+        "base_trace": f"{where.out}/{traces[0]}" if traces else "",
+        "head_trace": f"{where.out}/{traces[1]}" if traces else "",
     }
     for key, value in values.items():
-        command = command.replace("{" + key + "}", value)
+        command = command.replace("{" + key + "}", shlex.quote(value) if value else value)
     return command
 
 
-def resolve(finding: Finding, matrix: dict[str, Entry] | None = None) -> Resolved | None:
+def where_of(review: Review) -> Where:
+    """The review's own trees, output folder and written traces."""
+    traces = {}
+    for wl in review.workloads:
+        b = next((r.trace for r in wl.base if r.probe == "profile" and r.trace), None)
+        h = next((r.trace for r in wl.head if r.probe == "profile" and r.trace), None)
+        if b is not None and h is not None and b.trace_file and h.trace_file:
+            traces[wl.name] = (b.trace_file, h.trace_file)
+    return Where(review.base.tree, review.head.tree, review.out_dir or "perfcheck-out", traces)
+
+
+def resolve(
+    finding: Finding, matrix: dict[str, Entry] | None = None, where: Where | None = None
+) -> Resolved | None:
     entry = (matrix if matrix is not None else known()).get(finding.category)
     if entry is None:
         return None
     rule = next((r for r in entry.rules if _matches(r, finding.evidence)), None)
     cause = rule.cause if rule else entry.causes[0]
     others = [c for c in entry.causes if c != cause][: 3 if rule else 2]
-    verify = [_fill(c, finding) for c in [*(rule.verify if rule else []), *entry.verify]]
-    return Resolved(entry.symptom, cause, others, list(dict.fromkeys(verify)), entry.docs)
+    filled = [_fill(c, finding, where or Where()) for c in [*(rule.verify if rule else []), *entry.verify]]
+    verify = [c for c in filled if c is not None]
+    return Resolved(entry.symptom, cause, others, list(dict.fromkeys(verify)), _page(finding) or entry.docs)
+
+
+# Dynamo names each graph break's own page in its reason; the finding links that page instead of
+# the general one. Only this exact shape is taken from result.json: it is untrusted text.
+_GB_PAGE = re.compile(r"https://meta-pytorch\.github\.io/compile-graph-break-site/gb/gb\d{4}\.html")
+
+
+def _page(finding: Finding) -> str | None:
+    m = (
+        _GB_PAGE.search(str(finding.evidence.get("reason", "")))
+        if finding.category.startswith("graph_break")
+        else None
+    )
+    return m.group(0) if m else None
 
 
 @dataclass(frozen=True)

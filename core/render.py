@@ -9,7 +9,7 @@ import jinja2
 
 from perfcheck.core import markdown, probes
 from perfcheck.core.charts import mermaid_step_chart
-from perfcheck.core.matrix import Entry, details, resolve, title
+from perfcheck.core.matrix import Entry, details, resolve, title, where_of
 from perfcheck.core.probes.kind import Row
 from perfcheck.schema import (
     Environment,
@@ -110,6 +110,7 @@ def template_env(custom: Path | None) -> jinja2.Environment:
 
 def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> dict[str, Any]:
     """What every template of the review gets: verdict, names, tables, findings with their matrix entry."""
+    where = where_of(review)
     return {
         "review": review,
         "icon": _ICONS[review.verdict],
@@ -122,7 +123,7 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
                 "n": i,
                 "f": f,
                 "title": title(f.category, matrix),
-                "entry": resolve(f, matrix),
+                "entry": resolve(f, matrix, where),
                 "details": details(f, matrix),
             }
             for i, f in enumerate(review.findings, start=1)

@@ -289,7 +289,8 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
         type=_csv,
         default=(),
         help=f"comma-separated, of {', '.join(probe_names())} and the config's plugin probes "
-        f"(default: each workload's `probes`, else {', '.join(default_probes())})",
+        f"(default: each workload's `probes`, else {', '.join(default_probes())}, and amp "
+        "for a workload under autocast)",
     )
     parser.add_argument("--base-python", help="python interpreter for the base side (default: this one)")
     parser.add_argument("--head-python", help="python interpreter for the head side (default: this one)")

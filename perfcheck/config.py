@@ -359,13 +359,19 @@ def planned_probes(
     workloads: list[WorkloadConfig], probes: tuple[str, ...] = ()
 ) -> list[tuple[WorkloadConfig, str]]:
     """(workload, probe) for every probe a run of these workloads makes: ``probes`` where given
-    (within a workload's own ``probes`` list, if it has one), else the workload's, else the defaults."""
+    (within a workload's own ``probes`` list, if it has one), else the workload's, else the defaults
+    and what the workload's own settings declare (amp under autocast)."""
     return [
         (wl, p)
         for wl in workloads
-        for p in (probes or wl.probes or default_probes())
+        for p in (probes or wl.probes or (*default_probes(), *declared_probes(wl)))
         if not probes or wl.probes is None or p in wl.probes
     ]
+
+
+def declared_probes(wl: WorkloadConfig) -> tuple[str, ...]:
+    """The probes a workload asks for by what it is: the amp probe when it runs under autocast."""
+    return ("amp",) if wl.amp != "none" else ()
 
 
 def _key(loc: tuple[Any, ...]) -> str:

@@ -256,7 +256,8 @@ def report(
     workloads, base, head = merge_shards(runs)
     check_complete(workloads, expected if expected is not None else expected_results(config))
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
-    review = review.model_copy(update={"summary": headline(review)})
+    # The folder as given: the review's commands name it the way its user typed it.
+    review = review.model_copy(update={"summary": headline(review), "out_dir": str(out_dir)})
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
     # The review is on disk before anything else can fail (a busy history store, say).

@@ -34,6 +34,7 @@ Category = Literal[
     "kernel_mix_changed",
     "host_overhead_regression",
     "custom_op_check_failed",
+    "compile_failed",
     "probe_crashed",
     "probe_timeout",
     "environment_mismatch",
@@ -106,6 +107,10 @@ class CompileMetrics(_Strict):
         default_factory=dict, description="dynamo / aot / inductor seconds where torch reports them"
     )
     op_count: int = Field(default=0, ge=0)
+    # Set when torch.compile itself rejected the code (the probe's status is then "failed").
+    error_type: str | None = None
+    error_message: str | None = Field(default=None, max_length=20_000)
+    error_location: SourceLocation | None = None
 
 
 class Plant(_Strict):
@@ -408,6 +413,9 @@ class Review(_Strict):
     summary: str
     base: SideInfo
     head: SideInfo
+    out_dir: str | None = Field(
+        default=None, max_length=4096, description="the folder the review wrote; its commands name it"
+    )
     workloads: list[WorkloadReview]
     findings: list[Finding]
     inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")

@@ -250,3 +250,125 @@ def test_a_break_on_a_frames_first_line_is_found_and_counted_once(review: Review
     assert compile_head is not None and compile_head.graph_break_count == 1
     # the table counts what the findings list
     assert "+1 breaks" in render_comment(result)
+
+
+# -- torch rejecting the head's code is a finding of its own, not a crashed probe ------------------
+
+FAKE_KERNEL = """\
+import torch
+from torch import nn
+
+
+@torch.library.custom_op("perfcheck_findings::shift", mutates_args=())
+def shift(x: torch.Tensor) -> torch.Tensor:
+    return x + 1
+
+
+@shift.register_fake
+def _(x):
+    {fake}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return shift(h) * h
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_a_broken_fake_kernel_is_compile_failed_with_the_user_frame(review: ReviewFn, tmp_path: Path) -> None:
+    base = write_tree(
+        tmp_path / "base", {"model.py": FAKE_KERNEL.replace("{fake}", "return torch.empty_like(x)")}
+    )
+    # The fake kernel says the output has one row more: torch.compile cannot trace `shift(h) * h`.
+    broken = "return x.new_empty((x.shape[0] + 1, x.shape[1]))"
+    head = write_tree(tmp_path / "head", {"model.py": FAKE_KERNEL.replace("{fake}", broken)})
+    result = review(base, head, probes=("compile",))
+    assert not only(result, "probe_crashed")
+    [failed] = only(result, "compile_failed")
+    assert failed.severity == "error" and result.verdict == "fail"
+    assert failed.location is not None and failed.location.path == "model.py"
+    assert failed.location.code == "return shift(h) * h"
+    assert failed.evidence["error_type"] and failed.evidence["error"]
+    head_result = result.workloads[0].head[0]
+    assert head_result.status == "failed"  # torch said no; the process did not die
+    assert "torch.compile fails" in render_comment(result)
+
+
+# -- probes follow what the workload declares ----------------------------------------------------
+
+
+def test_a_workload_that_declares_amp_gets_the_amp_probe() -> None:
+    from perfcheck.config import planned_probes
+
+    config = fast_config()
+    declared = config.workloads[0].model_copy(update={"amp": "bf16"})
+    assert "amp" in [p for _, p in planned_probes([declared])]
+    assert "amp" not in [p for _, p in planned_probes(config.workloads)]  # no autocast, no amp probe
+    # the workload's own list, or the command line's, still decides
+    opted_out = declared.model_copy(update={"probes": ["compile"]})
+    assert [p for _, p in planned_probes([opted_out])] == ["compile"]
+    assert [p for _, p in planned_probes([declared], ("export",))] == ["export"]
+
+
+# -- verify commands that run as printed ----------------------------------------------------------
+
+GOLDEN = Path(__file__).parent / "golden" / "demo-comment.md"
+# What each command reproduces, by the probe it runs: the finding of the demo it verifies.
+REPRODUCES = {"compile": "New graph break", "export": "Exported IR changed", "profile": None}
+
+
+def test_the_golden_comments_verify_commands_run_as_printed(tmp_path: Path) -> None:
+    import os
+    import re
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import DEMO
+
+    commands = sorted(set(re.findall(r"`([^`]*perfcheck review [^`]*)`", GOLDEN.read_text())))
+    assert commands, "the golden comment prints no verify command"
+    # The demo's trees where the comment says they are, relative to where the command is run.
+    shutil.copytree(DEMO, tmp_path / "examples" / "demo")
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    for command in commands:
+        if "tlparse" in command:
+            continue  # the same review as the TORCH_LOGS one, then a program perfcheck does not ship
+        probe = re.search(r"--probes (\w+)", command)
+        assert probe is not None, command
+        done = subprocess.run(
+            command,
+            shell=True,
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+        assert done.returncode in (0, 1), (command, done.stderr[-2000:])  # ran: a verdict, not bad input
+        assert "Traceback" not in done.stderr, command
+        expected = REPRODUCES[probe.group(1)]
+        if expected is not None:
+            assert expected in done.stdout, (command, done.stdout[-2000:])
+
+
+def test_a_break_links_dynamos_own_page_for_it(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "s = h.sum().item()")
+    result = review(base, head, probes=("compile",))
+    [gb] = only(result, "graph_break_added")
+    entry = resolve(gb)
+    assert entry is not None and entry.docs is not None
+    assert entry.docs.startswith("https://meta-pytorch.github.io/compile-graph-break-site/gb/gb")
+    assert f"[docs]({entry.docs})" in render_comment(result)

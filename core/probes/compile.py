@@ -117,9 +117,29 @@ def _compile_latency_findings(
     ]
 
 
+def _compile_failed(wl: str, base: ProbeResult, head: ProbeResult) -> Finding | None:
+    """torch.compile raising inside torch on the head's code: not a crashed probe, a finding."""
+    h = head.compile
+    if head.status != "failed" or h is None:
+        return None
+    also = base.status == "failed"
+    return Finding(
+        category="compile_failed",
+        severity="warning" if also else "error",
+        workload=wl,
+        probe="compile",
+        location=h.error_location,
+        message=f"torch.compile fails{' (as on base)' if also else ''}: {h.error_type}",
+        evidence={"error_type": h.error_type or "", "error": (h.error_message or "")[:2000]},
+    )
+
+
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    failed = _compile_failed(wl, base, head)
+    if failed is not None:
+        return Compared([failed])
     b, h = base.compile, head.compile
-    if b is None or h is None:
+    if b is None or h is None or "failed" in (base.status, head.status):
         return Compared()
     return Compared(_compile_findings(wl, b, h, config) + _compile_latency_findings(wl, b, h, config))
 
@@ -179,4 +199,5 @@ PROBE = ProbeKind(
     default=True,
     compare=compare,
     rows=rows,
+    compared=("ok", "failed"),  # torch rejecting a side's code is compared too
 )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -76,6 +77,30 @@ def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None
     ]
 
 
+def rejected(err: BaseException, backend: str, tree: Path) -> ProbeOutput:
+    """torch.compile raising inside torch (a Dynamo, fake-tensor or backend error) on the side's
+    code: a failed probe with torch's error and the user's frame, not a crash. Dynamo keeps the
+    user's stack on the exception (``real_stack``); the traceback is torch's own."""
+    stack = getattr(err, "real_stack", None) or traceback.extract_tb(err.__traceback__)
+    frame = innermost_user_frame(stack, tree)
+    metrics = CompileMetrics(
+        backend=backend,
+        graph_count=0,
+        graph_break_count=0,
+        recompile_count=0,
+        cold_compile_s=0.0,
+        error_type=type(err).__name__,
+        error_message=str(err)[:20_000],
+        error_location=to_location(frame, tree) if frame is not None else None,
+    )
+    first = (str(err).strip().splitlines() or [""])[0]
+    return ProbeOutput(
+        status="failed",
+        message=f"torch.compile fails: {type(err).__name__}: {first}",
+        metrics={"compile": metrics},
+    )
+
+
 def _second_batch(step: Callable[..., Any], built: Workload) -> str | None:
     """Call with another batch (the workload's own second inputs, else half the batch) and the
     main inputs again; None when that ran. Its failure is a note on the recompile row: the
@@ -112,7 +137,10 @@ class CompileProbe:
 
         with break_log.recording() as logged:
             start = time.perf_counter()
-            step(*built.inputs)
+            try:
+                step(*built.inputs)
+            except torch._dynamo.exc.TorchDynamoException as err:
+                return rejected(err, cfg.backend, tree)
             steps.synchronize(spec.device)
             cold = time.perf_counter() - start
         breakdown = compile_breakdown()
