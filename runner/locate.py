@@ -12,6 +12,10 @@ from perfcheck.schema import SourceLocation
 
 def relative_path(filename: str, tree: Path) -> str | None:
     """The path of ``filename`` relative to ``tree``, or None when it lies outside it."""
+    if filename.startswith("<"):
+        # "<frozen importlib._bootstrap>", "<string>": no file, though resolving the name against
+        # the working directory (the tree, in a worker) would make it look like one.
+        return None
     try:
         return Path(filename).resolve().relative_to(tree.resolve()).as_posix()
     except (ValueError, OSError):

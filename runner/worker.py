@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from perfcheck import plugins
 from perfcheck.runner.channel import write_result
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import WorkloadError, load_build
-from perfcheck.runner.locate import exception_location
+from perfcheck.runner.locate import exception_location, relative_path
 from perfcheck.runner.probes.base import Workload, get_probe
 from perfcheck.schema import ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
@@ -43,19 +44,42 @@ def _builder(spec: ProbeSpec) -> Workload:
     return Workload(spec.workload.name, model, as_tuple(inputs), second=second, second_given=bool(rest))
 
 
+USER_FRAMES = 8  # the innermost frames of the user's own code a crash keeps
+
+
+def user_frames(err: BaseException, tree: Path) -> list[str]:
+    """The frames of ``err``'s traceback that lie in the side's tree, innermost last, one line each;
+    a syntax error adds the line it could not parse (which no frame holds)."""
+    frames = [
+        (rel, f.lineno, f.name, (f.line or "").strip())
+        for f in traceback.extract_tb(err.__traceback__)
+        if (rel := relative_path(f.filename, tree)) is not None
+    ]
+    if isinstance(err, SyntaxError) and err.filename and (rel := relative_path(err.filename, tree)):
+        frames.append((rel, err.lineno, "<module>", (err.text or "").strip()))
+    return [f"  {rel}:{line} in {name}: {code}" for rel, line, name, code in frames[-USER_FRAMES:]]
+
+
 def _describe(err: BaseException, tree: Path, workload: str) -> str:
     cause = err.__cause__ if isinstance(err, _BuildError) and err.__cause__ else err
     where = exception_location(cause, tree)
-    at = f" (at {where.path}:{where.line})" if where is not None else ""
+    if isinstance(cause, SyntaxError) and cause.filename and relative_path(cause.filename, tree):
+        where_text = f"{relative_path(cause.filename, tree)}:{cause.lineno}"
+    else:
+        where_text = f"{where.path}:{where.line}" if where is not None else ""
+    at = f" (at {where_text})" if where_text else ""
     text = str(cause).strip().splitlines()
     first = text[0] if text else ""
     if isinstance(err, WorkloadError):
         return f"{first}{at}"
     if isinstance(err, _BuildError):
-        return f"workload {workload!r} raised {type(cause).__name__}: {first}{at}"
-    if isinstance(err, ImportError | SyntaxError):
-        return f"cannot import the workload: {type(cause).__name__}: {first}{at}"
-    return f"{type(cause).__name__}: {first}{at}"
+        head = f"workload {workload!r} raised {type(cause).__name__}: {first}{at}"
+    elif isinstance(err, ImportError | SyntaxError):
+        head = f"cannot import the workload: {type(cause).__name__}: {first}{at}"
+    else:
+        head = f"{type(cause).__name__}: {first}{at}"
+    frames = user_frames(cause, tree)
+    return "\n".join([head, "user code, innermost last:", *frames]) if frames else head
 
 
 def run(spec: ProbeSpec) -> ProbeResult:
@@ -66,6 +90,7 @@ def run(spec: ProbeSpec) -> ProbeResult:
         output = get_probe(spec.probe).run(spec, lambda: _builder(spec))
         status, message, metrics = output.status, output.message, output.metrics or {}
     except (Exception, SystemExit) as err:  # the crash is the finding; the review goes on
+        traceback.print_exception(err, file=sys.stderr)  # whole, into the probe's log
         status, message, metrics = "crashed", _describe(err, tree, spec.workload.name), {}
     return ProbeResult(
         probe=spec.probe,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from conftest import ReviewFn, fast_config, model_tree, write_tree
 
-from perfcheck.core.matrix import resolve
+from perfcheck.core.matrix import resolve, where_of
 from perfcheck.core.render import render_comment
 from perfcheck.schema import Finding, Review
 
@@ -372,3 +372,54 @@ def test_a_break_links_dynamos_own_page_for_it(review: ReviewFn, tmp_path: Path)
     assert entry is not None and entry.docs is not None
     assert entry.docs.startswith("https://meta-pytorch.github.io/compile-graph-break-site/gb/gb")
     assert f"[docs]({entry.docs})" in render_comment(result)
+
+
+# -- a crash keeps its traceback and is named from its exception ----------------------------------
+
+
+def test_a_crash_keeps_the_user_frames_and_names_its_cause(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head")
+    text = (head / "model.py").read_text()
+    text = text.replace(
+        "def build(device):\n",
+        "def shard(name):\n    raise ValueError(f'no such dataset shard: {name}')\n\n\ndef build(device):\n"
+        "    shard('train-0')\n",
+    )
+    (head / "model.py").write_text(text)
+    result = review(base, head, probes=("export",))
+    [crashed] = only(result, "probe_crashed")
+    detail = crashed.evidence["detail"]
+    lines = text.splitlines()
+    raise_line = next(i for i, ln in enumerate(lines, 1) if "raise ValueError" in ln)
+    call_line = next(i for i, ln in enumerate(lines, 1) if ln.strip() == "shard('train-0')")
+    assert f"model.py:{call_line} in build: shard('train-0')" in detail
+    assert f"model.py:{raise_line} in shard: raise ValueError" in detail
+    entry = resolve(crashed, where=where_of(result))
+    assert entry is not None and entry.cause.startswith("the workload's own code raised")
+    log = tmp_path / "out" / "probes" / "head-net-export.log"
+    assert "Traceback (most recent call last)" in log.read_text()  # the whole traceback, in the log
+    # the first verify command shows that log
+    assert entry.verify[0] == f"less {tmp_path / 'out'}/probes/head-net-export.log"
+
+
+def test_a_syntax_error_names_its_line_and_cause(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "h = h +* 2")
+    result = review(base, head, probes=("export",))
+    [crashed] = only(result, "probe_crashed")
+    lines = (head / "model.py").read_text().splitlines()
+    bad = next(i for i, ln in enumerate(lines, 1) if "+*" in ln)
+    assert "SyntaxError" in crashed.evidence["detail"] and f"model.py:{bad}" in crashed.evidence["detail"]
+    assert "frozen importlib" not in crashed.evidence["detail"]
+    entry = resolve(crashed)
+    assert entry is not None and entry.cause.startswith("a syntax error in the workload's code")
+
+
+def test_a_tolist_break_gets_dynamos_own_hint(review: ReviewFn, tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    head = model_tree(tmp_path / "head", "scales = h.amax(dim=1).tolist()")
+    result = review(base, head, probes=("compile",))
+    [gb] = only(result, "graph_break_added")
+    entry = resolve(gb)
+    assert entry is not None and "capture_scalar_outputs" in entry.cause and "tolist" in entry.cause
