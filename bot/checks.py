@@ -55,7 +55,8 @@ def _repo_path(path: str) -> str | None:
 
 def annotation(finding: Finding) -> dict[str, Any] | None:
     loc = finding.location
-    path = _repo_path(loc.path) if loc else None
+    # A file outside the repository (a dependency's) has no line in the PR to annotate.
+    path = _repo_path(loc.path) if loc and loc.in_tree else None
     if loc is None or path is None or loc.line < 1:
         return None
     out: dict[str, Any] = {

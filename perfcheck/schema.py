@@ -70,10 +70,14 @@ class _Strict(BaseModel):
 
 
 class SourceLocation(_Strict):
-    path: str = Field(description="file path relative to the side's tree (or a module path outside it)")
+    path: str = Field(
+        description="file path relative to the side's tree; outside it, relative to the import root "
+        "it was found under (x_transformers/attend.py), never an absolute path"
+    )
     line: int = Field(ge=0)
     function: str | None = None
     code: str | None = Field(default=None, description="the source line, stripped")
+    in_tree: bool = Field(default=True, description="the path is a file of the reviewed repository")
 
 
 class GraphBreak(_Strict):

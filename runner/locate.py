@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import linecache
+import sys
 import traceback
 from collections.abc import Iterable
 from pathlib import Path
@@ -22,14 +23,38 @@ def relative_path(filename: str, tree: Path) -> str | None:
         return None
 
 
+def package_path(filename: str) -> str:
+    """A file outside the tree as a reader knows it: relative to the import root it was found
+    under (``x_transformers/attend.py`` in site-packages), else its name; never this machine's
+    absolute path."""
+    if filename.startswith("<"):
+        return filename
+    try:
+        path = Path(filename).resolve()
+    except OSError:
+        return Path(filename).name
+    best: Path | None = None
+    for entry in sys.path:
+        if not entry or Path(entry).resolve() == Path(path.anchor):
+            continue
+        try:
+            rel = path.relative_to(Path(entry).resolve())
+        except (ValueError, OSError):
+            continue
+        if best is None or len(rel.parts) < len(best.parts):
+            best = rel
+    return best.as_posix() if best is not None else path.name
+
+
 def to_location(frame: traceback.FrameSummary, tree: Path) -> SourceLocation:
     rel = relative_path(frame.filename, tree)
     code = frame.line or linecache.getline(frame.filename, frame.lineno or 0).strip() or None
     return SourceLocation(
-        path=rel if rel is not None else frame.filename,
+        path=rel if rel is not None else package_path(frame.filename),
         line=frame.lineno or 0,
         function=frame.name,
         code=code,
+        in_tree=rel is not None,
     )
 
 

@@ -423,3 +423,35 @@ def test_a_tolist_break_gets_dynamos_own_hint(review: ReviewFn, tmp_path: Path) 
     [gb] = only(result, "graph_break_added")
     entry = resolve(gb)
     assert entry is not None and "capture_scalar_outputs" in entry.cause and "tolist" in entry.cause
+
+
+# -- places outside the repository -----------------------------------------------------------------
+
+
+def test_a_place_outside_the_tree_is_shown_relative_to_its_package_and_never_annotated(
+    tmp_path: Path,
+) -> None:
+    import traceback
+
+    import torch.nn.modules.linear
+
+    from perfcheck.bot.checks import annotation
+    from perfcheck.runner.locate import to_location
+
+    frame = traceback.FrameSummary(
+        torch.nn.modules.linear.__file__, 125, "forward", line="return F.linear(x)"
+    )
+    loc = to_location(frame, tmp_path)
+    assert (loc.path, loc.in_tree) == ("torch/nn/modules/linear.py", False)
+    inside = to_location(traceback.FrameSummary(str(tmp_path / "model.py"), 3, "f", line="x"), tmp_path)
+    assert (inside.path, inside.in_tree) == ("model.py", True)
+    finding = Finding(
+        category="graph_break_added",
+        severity="error",
+        workload="w",
+        probe="compile",
+        message="m",
+        location=loc,
+    )
+    assert annotation(finding) is None
+    assert annotation(finding.model_copy(update={"location": inside})) is not None
