@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -87,6 +88,16 @@ def select_probes(names: tuple[str, ...]) -> tuple[str, ...]:
     return names  # empty: each workload's own `probes`, else the default ones
 
 
+def check_python(python: str | None, flag: str) -> str:
+    """The interpreter a side's probes run under, checked before any of them starts."""
+    if python is None:
+        return sys.executable
+    found = shutil.which(python)
+    if found is None:
+        raise UsageError(f"{flag} {python}: no such executable file")
+    return found
+
+
 def check_tree(path: Path, flag: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{flag} {path}: not a directory")
@@ -142,13 +153,15 @@ def probe(request: ReviewRequest) -> ProbeRun:
     revision = head_revision(head, request.head_sha)
     chosen = select_workloads(request.config, request.workloads)
     probes = select_probes(request.probes)
+    base_python = check_python(request.base_python, "--base-python")
+    head_python = check_python(request.head_python, "--head-python")
     mine = shard_of(chosen, request.shard)
     request.out_dir.mkdir(parents=True, exist_ok=True)
     workloads = (
         run_review(
             ReviewRun(
-                base=SideSetup("base", base, request.base_python or sys.executable),
-                head=SideSetup("head", head, request.head_python or sys.executable),
+                base=SideSetup("base", base, base_python),
+                head=SideSetup("head", head, head_python),
                 config=request.config,
                 device=request.device,
                 workloads=mine,

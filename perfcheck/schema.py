@@ -55,8 +55,6 @@ def categories() -> tuple[str, ...]:
     return (*BUILTIN_CATEGORIES, *_PLUGIN_CATEGORIES)
 
 
-CATEGORIES = BUILTIN_CATEGORIES
-
 # error fails the check, warning is shown but does not fail, info is neutral or good news.
 Severity = Literal["error", "warning", "info"]
 ProbeStatus = Literal["ok", "failed", "crashed", "timeout", "skipped"]

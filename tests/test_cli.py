@@ -236,3 +236,15 @@ def test_probe_text_never_becomes_a_workflow_command(tmp_path: Path) -> None:
         timeout=60,
     )
     assert "stop-commands" not in plain.stdout
+
+
+def test_a_missing_or_unrunnable_interpreter_is_bad_input_before_any_probe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for flag, python in (("--head-python", "/nonexistent/python"), ("--base-python", "/etc/passwd")):
+        out = tmp_path / python.strip("/").replace("/", "-")
+        args = ["review", "--base", str(DEMO / "base"), "--head", str(DEMO / "head"), flag, python]
+        assert main([*args, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert f"{flag} {python}: no such executable file" in err and "Traceback" not in err
+        assert not (out / "probes").exists()

@@ -12,7 +12,7 @@ from perfcheck.bot import acks
 from perfcheck.config import ConfigError, parse_config
 from perfcheck.core.matrix import MatrixError, builtin, merged, parse_matrix, resolve
 from perfcheck.core.render import render_comment
-from perfcheck.schema import CATEGORIES, Finding, SourceLocation, load_review
+from perfcheck.schema import BUILTIN_CATEGORIES, Finding, SourceLocation, load_review
 
 DATA = Path(__file__).parent / "data"
 
@@ -31,7 +31,7 @@ def finding(category: str, **evidence: object) -> Finding:
 
 def test_every_category_has_an_entry_with_a_verify_command() -> None:
     matrix = builtin()
-    assert set(matrix) == set(CATEGORIES)
+    assert set(matrix) == set(BUILTIN_CATEGORIES)
     assert all(e.verify and e.causes and e.symptom for e in matrix.values())
 
 
@@ -214,10 +214,10 @@ def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitH
 
 def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
     from perfcheck.core.matrix import builtin
-    from perfcheck.schema import CATEGORIES
+    from perfcheck.schema import BUILTIN_CATEGORIES
 
     entries = builtin()
-    assert set(entries) == set(CATEGORIES)
+    assert set(entries) == set(BUILTIN_CATEGORIES)
     for category, entry in entries.items():
         assert entry.title and entry.symptom and entry.causes and entry.verify, category
         for d in entry.details:
@@ -226,4 +226,4 @@ def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
     templates = Path(__file__).resolve().parent.parent / "templates"
     for template in templates.glob("*.j2"):
         text = template.read_text()
-        assert not [c for c in CATEGORIES if f'"{c}"' in text], template.name
+        assert not [c for c in BUILTIN_CATEGORIES if f'"{c}"' in text], template.name
