@@ -33,7 +33,7 @@ from perfcheck.config import BudgetsConfig, CompileConfig, TimingConfig, Workloa
 from perfcheck.core.stats import ProcessEstimate, process_ratio
 from perfcheck.core.timing_gate import decide, metric, sequential
 from perfcheck.runner.orchestrate import SideSetup, side_caches
-from perfcheck.runner.timing import SIDES, Condition, SideRecord, run_pairs, shared_cpu
+from perfcheck.runner.timing import SIDES, Condition, SideRecord, pair_caches, run_pairs, shared_cpu
 from perfcheck.schema import MetricChange, Plant, TimingChange, TimingProcess
 from perfcheck.spec import ProbeSpec
 
@@ -80,6 +80,37 @@ def _record(pair: dict[str, SideRecord], conditions: int) -> dict[str, Any]:
     return out
 
 
+def autotune_choices(work: Path, model: str) -> dict[str, int]:
+    """How the two sides' cold compiles of identical code chose: the autotuned kernels (a
+    ``.best_config`` beside the kernel in Inductor's cache) each side has, and how many of those
+    both have with a different choice. The timing pairs after the first share one merged cache."""
+    own = side_caches(work, model)
+    found = {
+        side: {
+            p.relative_to(own[side]): p.read_text(errors="replace") for p in own[side].rglob("*.best_config")
+        }
+        for side in SIDES
+    }
+    both = found["base"].keys() & found["head"].keys()
+    return {
+        "base": len(found["base"]),
+        "head": len(found["head"]),
+        "both": len(both),
+        "different": sum(_config(found["base"][k]) != _config(found["head"][k]) for k in both),
+    }
+
+
+def _config(text: str) -> Any:
+    """A best_config's choice, without the fields that name when or where it was found."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return text
+    return {
+        k: v for k, v in data.items() if k not in ("time_taken_ms", "triton_cache_hash", "found_by_coordesc")
+    }
+
+
 def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     cpu = shared_cpu()
@@ -106,7 +137,6 @@ def run(args: argparse.Namespace) -> int:
             sides = {side: SideSetup(side, Path(specs[side].tree), sys.executable) for side in SIDES}  # type: ignore[arg-type]
             work = root / "work"
             work.mkdir()
-            caches = side_caches(work, name)
             named = [("A/B", Condition())] if args.switch else _conditions(args.host_pct)
             conditions = [c for _, c in named]
             record: dict[str, Any] = {
@@ -124,8 +154,11 @@ def run(args: argparse.Namespace) -> int:
                 while done < total and time.monotonic() - started < args.seconds:
                     batch = [done] if done == 0 else list(range(done, min(total, done + args.batch)))
                     t0 = time.monotonic()
+                    caches = pair_caches(work, name, first=done == 0)
                     for pair in run_pairs(specs, sides, work, batch, cpu, caches, conditions):
                         record["pairs"].append(_record(pair, len(conditions)))
+                    if done == 0:
+                        record["autotune_choices"] = autotune_choices(work, name)
                     done += len(batch)
                     record["wall_s"] = round(time.monotonic() - started, 1)
                     print(
@@ -292,7 +325,15 @@ def report(results: list[dict[str, Any]]) -> str:
         models.append(_model_row(r, base, head))
         costs.append(_cost_row(r, base + head))
         bias += _bias_rows(r, base, head)
+    choices = [
+        f"- {r['model']}: base {c['base']}, head {c['head']} autotuned kernels; of the {c['both']} both "
+        f"have, {c['different']} chose a different config"
+        for r in results
+        if (c := r.get("autotune_choices"))
+    ]
     out = ["Trials replayed through the gate's rule (alarms / trials, one letter a trial):", "", *models]
+    if choices:
+        out += ["", "Autotuning of the cold first pair (later pairs share one merged cache):", "", *choices]
     out += ["", "Cost:", "", *costs, "", "Side and order bias over all A/A pairs:", "", *bias]
     if len(switches) > 2:
         out += ["", "A real change (head switches attention to eager):", "", *switches]

@@ -30,7 +30,7 @@ from perfcheck.config import BudgetsConfig, TimingConfig
 from perfcheck.core.stats import fast_mean
 from perfcheck.core.timing_gate import sequential
 from perfcheck.runner import reaper
-from perfcheck.runner.orchestrate import SideSetup, probe_env, side_caches
+from perfcheck.runner.orchestrate import SideSetup, merge_caches, probe_env, side_caches, timing_cache
 from perfcheck.schema import DeviceStep, Environment, Plant, ProbeResult, TimingMetrics, TimingProcess
 from perfcheck.spec import ProbeSpec
 
@@ -325,13 +325,14 @@ def run_paired(
     specs = {"base": base_spec, "head": head_spec}
     sides = {"base": base, "head": head}
     cfg = head_spec.timing
-    caches = side_caches(workdir, head_spec.workload.name)
-    cold = not any(c.exists() for c in caches.values())
+    own = side_caches(workdir, head_spec.workload.name)
+    cold = not any(c.exists() for c in own.values())
     cpu = shared_cpu()
     pairs: list[dict[str, SideRecord]] = []
     try:
         while True:
-            pairs += run_pairs(specs, sides, workdir, _next_batch(len(pairs), cfg), cpu, caches)
+            caches = pair_caches(workdir, head_spec.workload.name, first=not pairs and cold)
+            pairs += run_pairs(specs, sides, workdir, _next_batch(len(pairs), cfg, cold), cpu, caches)
             procs = {s: [p[s].process() for p in pairs] for s in SIDES}
             decided = sequential(procs["base"], procs["head"], budgets, cfg)
             spent = time.monotonic() - start
@@ -348,11 +349,26 @@ def run_paired(
     return PairedTiming(*(_result(specs[s], [p[s] for p in pairs], cold, cpu, elapsed) for s in SIDES))
 
 
-def _next_batch(done: int, cfg: TimingConfig) -> list[int]:
-    """The pairs to set up together next: the first alone (its compile is the cold one, and a cold
-    cache is no cache to share), then up to the next look of the sequential rule, at most
-    ``setup_together`` at once."""
-    if done == 0:
+def pair_caches(workdir: Path, workload: str, first: bool) -> dict[str, Path]:
+    """The compile caches of the next pairs' processes. ``first``: nothing compiled this workload
+    yet, so each side compiles cold into its own cache (the cold-compile figure). After that, both
+    sides start from one cache merged from their own, base's files over head's, so identical code
+    runs identical kernels with identical autotuning choices (``merge_caches`` says why)."""
+    own = side_caches(workdir, workload)
+    if first:
+        return own
+    shared = timing_cache(workdir, workload)
+    if not shared.exists():
+        merge_caches(shared, [own["head"], own["base"]])
+        shared.mkdir(parents=True, exist_ok=True)
+    return dict.fromkeys(SIDES, shared)
+
+
+def _next_batch(done: int, cfg: TimingConfig, cold: bool) -> list[int]:
+    """The pairs to set up together next: up to the next look of the sequential rule, at most
+    ``setup_together`` at once; but where nothing compiled the workload yet, the first pair alone
+    (its compile is the cold one, and a cold cache is no cache to share)."""
+    if done == 0 and cold:
         return [0]
     look = cfg.processes if done < cfg.processes else done + cfg.extra_processes
     count = max(1, min(look, cfg.max_processes) - done)

@@ -187,3 +187,32 @@ def test_recorded_attention_switch_fails_on_device_time_with_more_kernels() -> N
     device = metric(trials[0], "device_ms")
     assert device is not None and 15 < device.change_pct < 20 and device.low_pct > 15
     assert trials[0].kernels == [241, 280] and trials[0].kernels_exact
+
+
+def test_a_slowdown_the_interval_sees_but_the_test_does_not_yet_asks_for_more_pairs() -> None:
+    # Recorded on the H200: at 3 pairs a planted 1 % read +0.44 ... +1.40 % with p = 0.014, above
+    # the gate's alpha. Passing there would hide the warning; two more pairs settle it.
+    base, head = recorded("llama-d.json", "llama", 1)
+    first = decide(base[:3], head[:3], BUDGETS, TIMING)
+    device = metric(first, "device_ms")
+    assert first.verdict == "pass" and device is not None
+    assert device.ratio_low > 1 and device.p_value >= TIMING.alpha
+    assert sequential(base[:3], head[:3], BUDGETS, TIMING) is None
+    settled = sequential(base[:5], head[:5], BUDGETS, TIMING)
+    assert settled is not None
+    device = metric(settled, "device_ms")
+    assert device is not None and device.p_value < TIMING.alpha
+
+
+def test_recorded_llama_runs_pass_every_identical_trial_and_see_every_planted_percent() -> None:
+    for name in ("llama-d.json", "llama-f.json"):
+        base, head = recorded(name, "llama", 0)
+        trials = replay(base, head)
+        assert trials and [t.verdict for t in trials] == ["pass"] * len(trials)
+        for condition in (1, 2):
+            base, head = recorded(name, "llama", condition)
+            for t in replay(base, head):
+                device = metric(t, "device_ms")
+                assert device is not None and device.p_value < TIMING.alpha and device.ratio > 1
+        base, head = recorded(name, "llama", 3)  # host busy work: host issue time fails it
+        assert all(t.verdict == "fail" for t in replay(base, head))
