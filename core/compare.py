@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from perfcheck.config import Config
 from perfcheck.core import probes
+from perfcheck.core.explain import explain
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.schema import Finding, ProbeResult, Severity, TimingChange, Verdict, WorkloadReview
 
@@ -98,6 +99,14 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
         kind = probes.get(name)
         if b is None or h is None or kind is None or kind.compare is None:
             continue
+        rejected = [r for r in (h, b) if r.status == "failed" and r.status not in kind.compared]
+        if rejected:
+            # torch refused the side's code: the compile or export probe says so as a finding;
+            # this probe has nothing to compare.
+            for r in rejected:
+                first = ((r.message or "").strip().splitlines() or ["torch rejected the code"])[0]
+                inconclusive.append(f"{wl.name}/{name}: not measured on {r.side}: {first[:300]}")
+            continue
         if b.status in kind.compared and h.status in kind.compared:
             unfit = _unfit_metrics(kind, b, h)
             if unfit:
@@ -108,7 +117,7 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
             inconclusive += got.inconclusive
             if got.timing is not None:
                 changes[wl.name] = got.timing
-    return Comparison(findings, inconclusive, changes)
+    return Comparison(explain(findings), inconclusive, changes)
 
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}

@@ -90,6 +90,11 @@ class GraphBreak(_Strict):
 class Recompile(_Strict):
     function: str
     reason: str
+    location: SourceLocation | None = Field(
+        default=None,
+        description="where the recompiled code starts: the function's first line, or for a resume "
+        "function (torch_dynamo_resume_in_F_at_N) the line of F where it resumes after a break",
+    )
 
 
 class CompileMetrics(_Strict):

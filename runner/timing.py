@@ -91,7 +91,10 @@ class TimingWorker:
         except ValueError:
             raise WorkerFailed("crashed", "the worker sent an unreadable reply") from None
         if not isinstance(answer, dict) or not answer.get("ok"):
-            raise WorkerFailed("crashed", str(answer.get("error") if isinstance(answer, dict) else answer))
+            if not isinstance(answer, dict):
+                raise WorkerFailed("crashed", str(answer))
+            status = "failed" if answer.get("status") == "failed" else "crashed"
+            raise WorkerFailed(status, str(answer.get("error")))
         return answer
 
     def ask(self, cmd: str, timeout_s: float, **args: Any) -> dict[str, Any]:
@@ -416,7 +419,7 @@ def _failed_pair(specs: dict[str, ProbeSpec], err: WorkerFailed, elapsed: float)
                 side=spec.side,
                 status=err.status,  # type: ignore[arg-type]
                 duration_s=round(elapsed, 3),
-                message=str(err),
+                message=f"torch.compile fails: {err}" if err.status == "failed" else str(err),
             )
         else:
             # The other side is fine but has nothing to be compared with: skipped, with why.
@@ -426,6 +429,8 @@ def _failed_pair(specs: dict[str, ProbeSpec], err: WorkerFailed, elapsed: float)
                 side=side,  # type: ignore[arg-type]
                 status="skipped",
                 duration_s=round(elapsed, 3),
-                message=f"not compared: the other side's timing worker failed ({err.status})",
+                message="not compared: torch.compile rejects the other side's code"
+                if err.status == "failed"
+                else f"not compared: the other side's timing worker failed ({err.status})",
             )
     return PairedTiming(results["base"], results["head"])

@@ -308,6 +308,13 @@ class Session:
         }
 
 
+def _rejected_by_torch(err: BaseException) -> bool:
+    """torch.compile raising inside torch on the side's code (Dynamo, fake tensors, a backend)."""
+    from torch._dynamo.exc import TorchDynamoException
+
+    return isinstance(err, TorchDynamoException)
+
+
 def serve(spec: ProbeSpec, reply: Any) -> None:
     session = Session(spec)
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
@@ -327,7 +334,13 @@ def serve(spec: ProbeSpec, reply: Any) -> None:
         except Exception as err:  # reported to the orchestrator, which turns it into a finding
             frames = traceback.extract_tb(err.__traceback__)
             where = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-            answer = {"ok": False, "error": f"{type(err).__name__}: {str(err).strip()[:2000]}{where}"}
+            answer = {
+                "ok": False,
+                # torch.compile rejecting the side's code is the compile probe's finding to make;
+                # this side is then not timed, and the worker did not crash.
+                "status": "failed" if _rejected_by_torch(err) else "crashed",
+                "error": f"{type(err).__name__}: {str(err).strip()[:2000]}{where}",
+            }
         reply.write(json.dumps(answer) + "\n")
         reply.flush()
 

@@ -252,6 +252,88 @@ def test_a_break_on_a_frames_first_line_is_found_and_counted_once(review: Review
     assert "+1 breaks" in render_comment(result)
 
 
+# -- recompiles: under the break they come from, else one finding per guard, with its place ------
+
+RESUMED = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.fc(x)
+        k = x.shape[0] // 2
+        {change}
+        return y[:k] * 2
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_a_recompile_that_only_exists_because_of_a_new_break_is_shown_under_it(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = write_tree(tmp_path / "base", {"model.py": RESUMED.replace("{change}", "pass")})
+    head = write_tree(tmp_path / "head", {"model.py": RESUMED.replace("{change}", 'print("step")')})
+    result = review(base, head, probes=("compile",))
+    # The code after the break is a resume function that guards on `k`, a Python int computed
+    # before it: the second batch recompiles it. That is the break's doing, not a cause of its own.
+    assert only(result, "recompile") == []
+    [gb] = only(result, "graph_break_added")
+    assert "(and 1 recompile of the code after it)" in gb.message
+    assert "torch_dynamo_resume_in_forward_at_13 (model.py:13): k == 2" in gb.evidence["resume_recompiles"]
+    comment = render_comment(result).replace("\\", "")
+    assert "Recompiles of the code after this break" in comment
+    assert sum(1 for f in result.findings if f.severity == "error") == 1
+
+
+COUNTED = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        y = self.fc(x)
+        {count}
+        print("step")  # a break on both sides
+        return y * {factor}
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_new_recompiles_are_one_finding_per_guard_naming_each_place(review: ReviewFn, tmp_path: Path) -> None:
+    base = write_tree(tmp_path / "base", {"model.py": COUNTED.format(count="pass", factor="2")})
+    # A Python counter on the module: every call fails a guard on it, before the break (forward)
+    # and after it (the resume function base has too): one cause, two places, one finding.
+    head = write_tree(
+        tmp_path / "head", {"model.py": COUNTED.format(count="self.calls += 1", factor="self.calls")}
+    )
+    result = review(base, head, probes=("compile",))
+    [r] = only(result, "recompile")
+    assert r.location is not None and (r.location.path, r.location.function) == ("model.py", "forward")
+    assert r.evidence["frame_count"] == 2 and "1 more frame" in r.message
+    assert "torch_dynamo_resume_in_forward_at_14 (model.py:14)" in r.evidence["frames"]
+    comment = render_comment(result).replace("\\", "")
+    assert "Code it recompiles (2 frames)" in comment and "allow_unspec_int_on_nn_module" in comment
+
+
 # -- torch rejecting the head's code is a finding of its own, not a crashed probe ------------------
 
 FAKE_KERNEL = """\
@@ -302,6 +384,26 @@ def test_a_broken_fake_kernel_is_compile_failed_with_the_user_frame(review: Revi
     head_result = result.workloads[0].head[0]
     assert head_result.status == "failed"  # torch said no; the process did not die
     assert "torch.compile fails" in render_comment(result)
+
+
+def test_a_timed_head_that_torch_compile_rejects_is_not_a_crashed_probe(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = write_tree(
+        tmp_path / "base", {"model.py": FAKE_KERNEL.replace("{fake}", "return torch.empty_like(x)")}
+    )
+    broken = "return x.new_empty((x.shape[0] + 1, x.shape[1]))"
+    head = write_tree(tmp_path / "head", {"model.py": FAKE_KERNEL.replace("{fake}", broken)})
+    config = fast_config("timing: {compiled: true, processes: 2, max_processes: 2}")
+    result = review(base, head, config=config, probes=("compile", "timing"))
+    assert not only(result, "probe_crashed")
+    [failed] = only(result, "compile_failed")  # once, from the compile probe
+    assert failed.severity == "error" and result.verdict == "fail"
+    timed = {r.probe: r for r in result.workloads[0].head}["timing"]
+    assert timed.status == "failed" and (timed.message or "").startswith("torch.compile fails:")
+    assert any(
+        why.startswith("net/timing: not measured on head: torch.compile fails") for why in result.inconclusive
+    )
 
 
 # -- probes follow what the workload declares ----------------------------------------------------

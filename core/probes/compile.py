@@ -9,7 +9,15 @@ from collections import Counter
 from perfcheck.config import Config
 from perfcheck.core import deltas
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
-from perfcheck.schema import CompileMetrics, Finding, GraphBreak, ProbeResult, WorkloadReview
+from perfcheck.schema import (
+    CompileMetrics,
+    Finding,
+    GraphBreak,
+    ProbeResult,
+    Recompile,
+    SourceLocation,
+    WorkloadReview,
+)
 
 
 def _break_key(gb: GraphBreak) -> tuple[str, str, str]:
@@ -31,6 +39,13 @@ def normalize_guard(reason: str) -> str:
     text = re.sub(r"\S*\.py:\d+", "<file>", reason)
     text = re.sub(r"'[^']*'", "'…'", text)
     return re.sub(r"\d+", "N", text)
+
+
+def guard_expression(reason: str) -> str:
+    """The failed guard itself (``self.calls == 1``), without the source comment Dynamo appends
+    (``  # self.calls += 1  # model.py:13 in forward (HINT: ...)``), which names each frame."""
+    first = (reason.strip().splitlines() or [""])[0]
+    return first.split("  #")[0].strip() or first
 
 
 def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> list[Finding]:
@@ -63,28 +78,97 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
                         },
                     )
                 )
-    base_reasons = {(_resume_base(r.function), normalize_guard(r.reason)) for r in base.recompiles}
-    new = [
-        r
-        for r in head.recompiles
-        if (_resume_base(r.function), normalize_guard(r.reason)) not in base_reasons
-    ]
-    seen: set[tuple[str, str]] = set()
-    for r in new:
-        key = (_resume_base(r.function), normalize_guard(r.reason))
-        if key in seen:
+    return _with_recompiles(wl, base, head, out)
+
+
+def _recompile_key(r: Recompile) -> tuple[str, str]:
+    return (_resume_base(r.function), normalize_guard(r.reason))
+
+
+def _is_resume(r: Recompile) -> bool:
+    return _resume_base(r.function) != r.function
+
+
+def _same_place(a: SourceLocation | None, b: SourceLocation | None) -> bool:
+    # By source text where both have it: the trees differ, and a PR may move the line.
+    if a is None or b is None or a.path != b.path:
+        return False
+    return a.code == b.code if a.code and b.code else a.line == b.line
+
+
+def _cause(r: Recompile, added: list[Finding], base: CompileMetrics) -> Finding | None:
+    """The new break a recompile exists because of: it recompiles a resume function, the code
+    after a break, and base has no break and no resume function at that place."""
+    if not _is_resume(r) or not added:
+        return None
+    exact = next((f for f in added if _same_place(f.location, r.location)), None)
+    if exact is not None:
+        return exact
+    at_base = [b.location for b in base.graph_breaks] + [x.location for x in base.recompiles if _is_resume(x)]
+    if any(_same_place(loc, r.location) for loc in at_base):
+        return None
+    # Dynamo resumes in the frame that called into the break: the same file first.
+    path = r.location.path if r.location else None
+    return next((f for f in added if f.location and f.location.path == path), added[0])
+
+
+def _place(r: Recompile) -> str:
+    loc = r.location
+    return f"{r.function} ({loc.path}:{loc.line})" if loc else r.function
+
+
+def _with_recompiles(
+    wl: str, base: CompileMetrics, head: CompileMetrics, breaks: list[Finding]
+) -> list[Finding]:
+    """The break findings, each with the recompiles that exist only because of it (shown under
+    it, not counted again), then one finding per new guard cause, naming every frame it recompiles."""
+    known = {_recompile_key(r) for r in base.recompiles}
+    added = [f for f in breaks if f.category == "graph_break_added"]
+    folded: dict[int, list[Recompile]] = {}
+    by_guard: dict[str, list[Recompile]] = {}
+    for r in head.recompiles:
+        if _recompile_key(r) in known:
             continue
-        seen.add(key)
+        cause = _cause(r, added, base)
+        if cause is not None:
+            folded.setdefault(id(cause), []).append(r)
+        else:
+            by_guard.setdefault(normalize_guard(guard_expression(r.reason)), []).append(r)
+    out = []
+    for f in breaks:
+        side_effects = folded.get(id(f), [])
+        if side_effects:
+            n = len(side_effects)
+            f = f.model_copy(
+                update={
+                    "message": f"{f.message} (and {n} recompile{'s' if n > 1 else ''} of the code after it)",
+                    "evidence": {
+                        **f.evidence,
+                        "resume_recompiles": "\n".join(
+                            f"{_place(r)}: {guard_expression(r.reason)}" for r in side_effects
+                        ),
+                    },
+                }
+            )
+        out.append(f)
+    for group in by_guard.values():
+        first = next((r for r in group if r.location is not None and r.location.in_tree), group[0])
+        frames = list(dict.fromkeys(_place(r) for r in group))
+        more = f" and {len(frames) - 1} more frame{'s' if len(frames) > 2 else ''}" if len(frames) > 1 else ""
         out.append(
             Finding(
                 category="recompile",
                 severity="error",
                 workload=wl,
                 probe="compile",
-                message=f"new recompilation of `{r.function}`: {r.reason.splitlines()[0]}",
+                location=first.location,
+                message=f"new recompilation of `{_resume_base(first.function)}`{more}: "
+                f"`{guard_expression(first.reason)}` failed",
                 evidence={
-                    "function": r.function,
-                    "reason": r.reason,
+                    "function": first.function,
+                    "reason": first.reason,
+                    "frames": "\n".join(frames),
+                    "frame_count": len(frames),
                     "recompiles": [base.recompile_count, head.recompile_count],
                 },
             )

@@ -40,7 +40,15 @@ def break_type(reason: str) -> str:
     return first.strip()
 
 
-def _recompile_reasons() -> list[Recompile]:
+def _recompiled_at(code: Any, tree: Path) -> SourceLocation:
+    """Where a recompiled code object starts, as the user reads it: a resume function's first line
+    is the line of the original function where it resumes, and its name is the original's."""
+    match = re.match(r"torch_dynamo_resume_in_(\w+?)_at_\d+$", code.co_name)
+    name = match.group(1) if match else code.co_name
+    return to_location(traceback.FrameSummary(code.co_filename, code.co_firstlineno, name), tree)
+
+
+def _recompile_reasons(tree: Path) -> list[Recompile]:
     out: list[Recompile] = []
     seen: set[tuple[str, str]] = set()
     for code, reasons in guard_failures.items():
@@ -52,7 +60,7 @@ def _recompile_reasons() -> list[Recompile]:
             key = (code.co_name, text)
             if key not in seen:
                 seen.add(key)
-                out.append(Recompile(function=code.co_name, reason=text))
+                out.append(Recompile(function=code.co_name, reason=text, location=_recompiled_at(code, tree)))
     return out
 
 
@@ -151,7 +159,7 @@ class CompileProbe:
             step(*built.inputs)
         second_batch = _second_batch(step, built)
         steps.synchronize(spec.device)
-        recompiles = _recompile_reasons()
+        recompiles = _recompile_reasons(tree)
         recompile_count = compiled_frames() - first_frames
 
         torch._dynamo.reset()

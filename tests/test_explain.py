@@ -1,0 +1,56 @@
+"""Measured findings name the structural findings of the same workload that explain them."""
+
+from __future__ import annotations
+
+from perfcheck.core.explain import explain
+from perfcheck.core.matrix import resolve
+from perfcheck.schema import Finding, SourceLocation
+
+
+def _finding(category: str, message: str = "m", **kw: object) -> Finding:
+    return Finding(category=category, severity="error", workload="net", probe="timing", message=message, **kw)  # type: ignore[arg-type]
+
+
+def test_a_slower_step_beside_a_new_break_names_the_break_and_takes_its_cause() -> None:
+    brk = _finding(
+        "graph_break_added",
+        location=SourceLocation(path="model.py", line=11, code='print("step")'),
+        evidence={"break_type": "Failed to trace builtin operator `print`"},
+    )
+    slow = _finding("throughput_regression", message="step time +12 %")
+    out = explain([brk, slow])
+    assert out[0] == brk
+    assert out[1].message == (
+        "step time +12 %; likely from the new graph break at model.py:11 "
+        "(Failed to trace builtin operator `print`)"
+    )
+    entry = resolve(out[1])
+    assert entry is not None and entry.cause.startswith("the new graph break in this review")
+
+
+def test_more_memory_beside_attention_that_left_sdpa_is_read_as_materialised_scores() -> None:
+    ir = _finding("export_ir_changed", evidence={"reading": "sdpa lost"})
+    memory = _finding("memory_regression", message="+1523 MB peak")
+    [_, read] = explain([ir, memory])
+    assert "likely from the exported graph's change (sdpa lost)" in read.message
+    entry = resolve(read)
+    assert entry is not None and "[batch, heads, sequence, sequence] attention scores" in entry.cause
+
+
+def test_without_a_structural_finding_nothing_is_claimed() -> None:
+    slow = _finding("throughput_regression", message="step time +12 %")
+    crash = _finding("probe_crashed", message="the export probe crashed on head")
+    assert explain([slow, crash]) == [slow, crash]
+    entry = resolve(slow)
+    assert entry is not None and "look for graph breaks" in entry.cause
+
+
+def test_many_causes_are_counted_not_all_spelled_out() -> None:
+    breaks = [
+        _finding(
+            "graph_break_added", location=SourceLocation(path="m.py", line=i), evidence={"break_type": "x"}
+        )
+        for i in range(5)
+    ]
+    [*_, slow] = explain([*breaks, _finding("compile_latency_regression", message="cold compile 3 → 5 s")])
+    assert slow.message.endswith("; and 2 more") and len(slow.evidence["explained_by"].splitlines()) == 5
