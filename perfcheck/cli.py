@@ -28,14 +28,24 @@ def _csv(value: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _names(value: str) -> tuple[str, ...]:
+    """A --workloads/--probes value: at least one name. An empty one must not mean "all"."""
+    names = _csv(value)
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {value!r}")
+    return names
+
+
 def _request(args: argparse.Namespace) -> object:
-    from perfcheck.config import load_config
+    from perfcheck.config import review_config
     from perfcheck.review import ReviewRequest, parse_shard
 
+    config, origin = review_config(args.config, args.base, args.head)
     return ReviewRequest(
         base=args.base,
         head=args.head,
-        config=load_config(args.config, args.base if args.base.is_dir() else None),
+        config=config,
+        config_origin=origin,
         out_dir=args.out,
         device=args.device,
         workloads=args.workloads,
@@ -121,20 +131,22 @@ def _planned_scope(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from perfcheck.config import ConfigError, load_config
+    from perfcheck.config import ConfigError, review_config
     from perfcheck.core.history import HistoryError
-    from perfcheck.review import EXIT_CODES, ShardError, UsageError, expected_results, report
+    from perfcheck.review import EXIT_CODES, ShardError, UsageError, config_of_runs, expected_results, report
     from perfcheck.schema import ContractError, load_probe_run
 
     try:
-        config = load_config(args.config, Path.cwd())
-        expected = expected_results(config, *_planned_scope(args))
+        config, origin = review_config(args.config, Path.cwd(), None)
         # A folder stands for every probes.json under it: one download folder of all shards' artifacts.
         files = [f for p in args.probes for f in (sorted(p.rglob("probes.json")) if p.is_dir() else [p])]
         if not files:
             raise ContractError(f"no probes.json under {', '.join(map(str, args.probes))}")
         runs = [(str(f), load_probe_run(f)) for f in files]
-        review, comment = report(runs, config, args.out, args.templates, expected)
+        if origin == "built-in" and (followed := config_of_runs(runs)) is not None:
+            config, origin = followed, "head"
+        expected = expected_results(config, *_planned_scope(args))
+        review, comment = report(runs, config, args.out, args.templates, expected, origin)
     except (ConfigError, ContractError, ShardError, HistoryError, UsageError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -282,11 +294,11 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
         "--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default %(default)s)"
     )
     parser.add_argument(
-        "--workloads", type=_csv, default=(), help="comma-separated workload names (default: all)"
+        "--workloads", type=_names, default=(), help="comma-separated workload names (default: all)"
     )
     parser.add_argument(
         "--probes",
-        type=_csv,
+        type=_names,
         default=(),
         help=f"comma-separated, of {', '.join(probe_names())} and the config's plugin probes "
         f"(default: each workload's `probes`, else {', '.join(default_probes())}, and amp "

@@ -5,6 +5,7 @@ Torch-free. A config error names the file, the key and what was expected (the CL
 
 from __future__ import annotations
 
+import difflib
 import re
 from pathlib import Path
 from typing import Any, Literal
@@ -381,11 +382,45 @@ def _key(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+# pydantic's words for a type, in the words of a YAML file (no class names).
+_TYPE_WORDS = {
+    "model_type": "a mapping of settings (indented `key: value` lines)",
+    "model_attributes_type": "a mapping of settings (indented `key: value` lines)",
+    "dict_type": "a mapping (indented `key: value` lines)",
+    "list_type": "a list (`[a, b]` or `- item` lines)",
+    "int_type": "a whole number, without quotes",
+    "float_type": "a number, without quotes",
+    "bool_type": "true or false, without quotes",
+    "string_type": "text",
+}
+
+
 def _expectation(e: Any) -> str:
     if e["type"] == "missing":
         return "a value for this required key"
+    if e["type"] in _TYPE_WORDS:
+        return _TYPE_WORDS[e["type"]]
     msg = e["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
     return msg.replace(", unable to interpret input", "")
+
+
+def _suggestion(key: str, loc: tuple[Any, ...]) -> str:
+    """' (did you mean `workloads`?)' for a key close to one its section knows, else ''."""
+    model: Any = Config
+    for part in loc[:-1]:
+        field = (
+            model.model_fields.get(part) if isinstance(part, str) and hasattr(model, "model_fields") else None
+        )
+        if field is None:
+            if isinstance(part, int):
+                continue  # an item of a list: the list's model stays
+            return ""
+        annotation = field.annotation
+        inner = getattr(annotation, "__args__", None)
+        model = next((a for a in inner or () if hasattr(a, "model_fields")), annotation)
+    names = [n for n in getattr(model, "model_fields", {}) if n not in ("source", "plugin_settings")]
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def _describe(err: ValidationError, source: str, under: tuple[str, ...] = ()) -> str:
@@ -396,7 +431,8 @@ def _describe(err: ValidationError, source: str, under: tuple[str, ...] = ()) ->
             lines.append(f"{source}: {key}.{e['ctx']['key']}: {e['msg']}")
             continue
         if e["type"] == "extra_forbidden":
-            lines.append(f"{source}: {key}: unknown key")
+            loc = (*under, *e["loc"])
+            lines.append(f"{source}: {key}: unknown key{_suggestion(str(loc[-1]), loc) if not under else ''}")
             continue
         got = e.get("input")
         shown = "" if e["type"] == "missing" or isinstance(got, dict | list) else f" (got {got!r})"
@@ -412,7 +448,10 @@ def parse_config(text: str, source: str) -> Config:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise ConfigError(f"{source}:{where}: not valid YAML ({getattr(err, 'problem', err)})") from None
     if data is None:
-        data = {}
+        raise ConfigError(
+            f"{source}: the file is empty; name your workloads under `workloads:` (README, "
+            '"Adopting it in a repository"), or delete the file to review the built-in mlp-tiny workload'
+        )
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: (top level): expected a mapping of settings, got {type(data).__name__}")
     if "plugin_settings" in data or "source" in data:
@@ -422,7 +461,8 @@ def parse_config(text: str, source: str) -> Config:
     sections = _plugin_sections(data, source)  # takes the plugins' sections out of data
     data["plugin_settings"] = sections
     try:
-        return Config.model_validate({**data, "source": source})
+        # Strict: a quoted "0" is text, not the number a budget needs; YAML says which it is.
+        return Config.model_validate({**data, "source": source}, strict=True)
     except ValidationError as err:
         raise ConfigError(_describe(err, source)) from None
 
@@ -458,6 +498,19 @@ def find_config(tree: Path) -> Path | None:
         if candidate.is_file():
             return candidate
     return None
+
+
+def review_config(explicit: Path | None, base: Path | None, head: Path | None) -> tuple[Config, str]:
+    """The settings of a review and where they came from (a ``ConfigOrigin``): ``--config``, else
+    base's perfcheck.yml (the gate: a PR must not loosen its own), else the PR's own when base has
+    none yet (the first PR adds it), else the built-in workload."""
+    if explicit is not None:
+        return load_config(explicit, None), "given"
+    for origin, tree in (("base", base), ("head", head)):
+        found = find_config(tree) if tree is not None and tree.is_dir() else None
+        if found is not None:
+            return load_config(found, None), origin
+    return Config(), "built-in"
 
 
 def load_config(explicit: Path | None, tree: Path | None) -> Config:

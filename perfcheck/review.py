@@ -15,9 +15,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfcheck import __version__
+from perfcheck import __version__, preflight
 from perfcheck.bot import acks
-from perfcheck.config import Config, WorkloadConfig, planned_probes, probe_names
+from perfcheck.config import Config, WorkloadConfig, find_config, parse_config, planned_probes, probe_names
 from perfcheck.core.compare import compare
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
@@ -47,6 +47,7 @@ class ReviewRequest:
     jobs: int = 1
     shard: Shard = field(default_factory=lambda: Shard(index=1, count=1))
     head_sha: str | None = None  # the commit the plan pinned, which the head tree must be
+    config_origin: str = "given"  # a ConfigOrigin: where ``config`` came from
 
 
 def git_revision(tree: Path) -> str | None:
@@ -156,6 +157,12 @@ def probe(request: ReviewRequest) -> ProbeRun:
     base_python = check_python(request.base_python, "--base-python")
     head_python = check_python(request.head_python, "--head-python")
     mine = shard_of(chosen, request.shard)
+    try:
+        preflight.check_workloads(mine, request.config.source, base, head)
+        for python, flag in {base_python: "--base-python", head_python: "--head-python"}.items():
+            preflight.check_interpreter(python, flag, request.device)
+    except preflight.SetupError as err:
+        raise UsageError(str(err)) from None
     request.out_dir.mkdir(parents=True, exist_ok=True)
     workloads = (
         run_review(
@@ -180,9 +187,25 @@ def probe(request: ReviewRequest) -> ProbeRun:
         base=SideInfo(tree=str(request.base), revision=git_revision(base)),
         head=SideInfo(tree=str(request.head), revision=revision),
         workloads=workloads,
+        config_origin=request.config_origin,  # type: ignore[arg-type]
+        head_config=_head_config_text(head) if request.config_origin == "head" else None,
     )
     (request.out_dir / "probes.json").write_text(result.model_dump_json(indent=1))
     return result
+
+
+def _head_config_text(head: Path) -> str | None:
+    found = find_config(head)
+    return found.read_text(encoding="utf-8", errors="replace")[: 256 * 1024] if found else None
+
+
+def config_of_runs(runs: list[tuple[str, ProbeRun]]) -> Config | None:
+    """The PR's settings the probe job followed because base had none, or None. The report job
+    runs on base's checkout, which has no copy; with no gate on base there is none to loosen."""
+    texts = {r.head_config for _, r in runs if r.config_origin == "head" and r.head_config}
+    if len(texts) != 1 or len(runs) != sum(1 for _, r in runs if r.config_origin == "head"):
+        return None
+    return parse_config(texts.pop(), "perfcheck.yml (from the PR)")
 
 
 class ShardError(ValueError):
@@ -265,12 +288,15 @@ def report(
     out_dir: Path,
     template_dir: Path | None = None,
     expected: set[tuple[str, str, str]] | None = None,
+    config_origin: str | None = None,
 ) -> tuple[Review, str]:
     workloads, base, head = merge_shards(runs)
     check_complete(workloads, expected if expected is not None else expected_results(config))
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
     # The folder as given: the review's commands name it the way its user typed it.
-    review = review.model_copy(update={"summary": headline(review), "out_dir": str(out_dir)})
+    review = review.model_copy(
+        update={"summary": headline(review), "out_dir": str(out_dir), "config_origin": config_origin}
+    )
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
     # The review is on disk before anything else can fail (a busy history store, say).
@@ -290,4 +316,11 @@ def report(
 def run(request: ReviewRequest) -> tuple[Review, str]:
     probed = probe(request)
     expected = expected_results(request.config, request.workloads, request.probes)
-    return report([("probes.json", probed)], request.config, request.out_dir, request.template_dir, expected)
+    return report(
+        [("probes.json", probed)],
+        request.config,
+        request.out_dir,
+        request.template_dir,
+        expected,
+        request.config_origin,
+    )

@@ -413,11 +413,19 @@ class WorkloadReview(_Strict):
     timing: TimingChange | None = None
 
 
+# Where a review's settings came from: --config, the base tree (the gate), the PR's tree (base has
+# none yet), or nowhere (the built-in workload).
+ConfigOrigin = Literal["given", "base", "head", "built-in"]
+
+
 class Review(_Strict):
     schema_version: Literal[2] = SCHEMA_VERSION
     tool_version: str
     verdict: Verdict
     summary: str
+    config_origin: ConfigOrigin | None = Field(
+        default=None, description="where the settings came from; the comment says so when not from base"
+    )
     base: SideInfo
     head: SideInfo
     out_dir: str | None = Field(
@@ -456,6 +464,13 @@ class ProbeRun(_Strict):
     base: SideInfo
     head: SideInfo
     workloads: list[WorkloadReview]
+    config_origin: ConfigOrigin | None = None
+    head_config: str | None = Field(
+        default=None,
+        max_length=256 * 1024,
+        description="the PR's perfcheck.yml, when base had none and the probes followed it: the "
+        "report job, on base's checkout, has no other copy",
+    )
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -493,9 +508,18 @@ def _load_versioned(model: type[M], path: Path) -> M:
     if len(raw) > MAX_DOCUMENT_BYTES:
         raise ContractError(f"{path}: larger than {MAX_DOCUMENT_BYTES >> 20} MB; not read")
     try:
-        version = json.loads(raw).get("schema_version")
-    except (ValueError, AttributeError, RecursionError):
-        raise ContractError(f"{path}: not a JSON object (or nested too deep)") from None
+        data = json.loads(raw)
+    except json.JSONDecodeError as err:
+        cut = not raw.rstrip().endswith((b"}", b"]"))
+        hint = " (the file ends early: cut off while it was written or copied?)" if cut else ""
+        raise ContractError(
+            f"{path}: invalid JSON at line {err.lineno}, column {err.colno}: {err.msg}{hint}"
+        ) from None
+    except (ValueError, RecursionError):
+        raise ContractError(f"{path}: not JSON text (or nested too deep)") from None
+    if not isinstance(data, dict):
+        raise ContractError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    version = data.get("schema_version")
     if version != SCHEMA_VERSION:
         raise ContractError(
             f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"

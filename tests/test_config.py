@@ -40,7 +40,7 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
     [
         (
             "workloads:\n  - {name: a, entry: m.py:build, train: maybe}",
-            "workloads[0].train: expected a valid boolean",
+            "workloads[0].train: expected true or false, without quotes",
         ),
         ("workloads:\n  - {name: a, entry: m.py:build, amp: fp8}", "workloads[0].amp: expected"),
         ("workloads:\n  - {name: a}", "workloads[0].entry: expected"),
@@ -84,9 +84,27 @@ def test_missing_explicit_config_is_an_error(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yml", None)
 
 
-def test_empty_file_means_defaults(tmp_path: Path) -> None:
+def test_an_empty_file_is_an_error_that_names_it(tmp_path: Path) -> None:
     (tmp_path / "perfcheck.yml").write_text("# nothing yet\n")
-    assert load_config(None, tmp_path).workloads[0].name == "mlp-tiny"
+    with pytest.raises(ConfigError, match=r"perfcheck.yml: the file is empty; name your workloads"):
+        load_config(None, tmp_path)
+
+
+def test_no_file_anywhere_means_the_built_in_workload_and_says_where_settings_came_from(
+    tmp_path: Path,
+) -> None:
+    from perfcheck.config import review_config
+
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir()
+    head.mkdir()
+    config, origin = review_config(None, base, head)
+    assert origin == "built-in" and config.workloads[0].name == "mlp-tiny"
+    (head / "perfcheck.yml").write_text("workloads: [{name: a, entry: mlp}]\n")
+    assert review_config(None, base, head)[1] == "head"
+    (base / "perfcheck.yml").write_text("workloads: [{name: b, entry: mlp}]\n")
+    config, origin = review_config(None, base, head)
+    assert origin == "base" and config.workloads[0].name == "b"  # base is the gate once it has one
 
 
 def test_hostile_yaml_is_a_config_error_not_code() -> None:

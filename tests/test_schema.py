@@ -81,7 +81,7 @@ def test_other_schema_versions_are_refused(tmp_path: Path) -> None:
 def test_non_json_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "result.json"
     path.write_text("<html>")
-    with pytest.raises(ContractError, match="not a JSON object"):
+    with pytest.raises(ContractError, match="invalid JSON at line 1, column 1"):
         load_review(path)
 
 

@@ -1,0 +1,173 @@
+"""Setup checked before any probe runs: each workload's entry, file and function, the device, and
+each side's interpreter. A mistake here is bad input (exit 2) named in one line, not a probe that
+crashes a minute later and reads as a regression.
+
+Static where it can be (the workload's file is read with ``ast``, never imported: importing runs
+the tree's code, which is the probes' job); the interpreters are asked in a short subprocess only
+when they are not this one, or when the device is CUDA. A check that only one side fails is left to
+the probes: a head that deletes its workload's function is a finding, not a setup mistake.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import subprocess
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+
+from perfcheck import __version__
+from perfcheck.config import WorkloadConfig
+from perfcheck.runner.workloads import BUILTIN_WORKLOADS
+
+
+class SetupError(ValueError):
+    """The review cannot start as set up; the message names what is wrong (the CLI exits 2)."""
+
+
+def _module_level(body: list[ast.stmt]) -> Iterable[ast.stmt]:
+    """Statements that run at a module's top level, those inside if/try/with/for blocks too."""
+    for node in body:
+        yield node
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            for field in ("body", "orelse", "finalbody"):
+                yield from _module_level(getattr(node, field, []) or [])
+            for handler in getattr(node, "handlers", []) or []:
+                yield from _module_level(handler.body)
+
+
+def _binds(node: ast.stmt, name: str) -> bool | None:
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return True if node.name == name else (None if node.name == "__getattr__" else False)
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        if any(a.name == "*" for a in node.names):
+            return None
+        return any((a.asname or a.name.split(".")[0]) == name for a in node.names)
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, ast.AnnAssign | ast.AugAssign):
+        targets = [node.target]
+    return any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t))
+
+
+def _defines(source: str, name: str) -> bool | None:
+    """Whether a module's top level binds ``name``; None when that cannot be told without running
+    it (a syntax error, which the probes report with its line; ``import *``; ``__getattr__``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    unknown = False
+    for node in _module_level(tree.body):
+        bound = _binds(node, name)
+        if bound:
+            return True
+        unknown = unknown or bound is None
+    return None if unknown else False
+
+
+def _file_entry(wl: WorkloadConfig, where: str, target: str, func: str, trees: dict[str, Path]) -> None:
+    found: dict[str, Path] = {}
+    for side, tree in trees.items():
+        path = (tree / target).resolve()
+        if not path.is_relative_to(tree.resolve()):
+            raise SetupError(
+                f"{where}: entry {wl.entry!r}: {target} lies outside the {side} tree; a workload file "
+                "belongs to the repository (or name it as package.module:function, README "
+                '"Configuration")'
+            )
+        if path.is_file():
+            found[side] = path
+    if not found:
+        raise SetupError(f"{where}: entry {wl.entry!r}: no file {target} in base ({trees['base']}) or head")
+    answers = {
+        side: _defines(path.read_text(encoding="utf-8", errors="replace"), func)
+        for side, path in found.items()
+    }
+    if answers and all(a is False for a in answers.values()):
+        sides = " and ".join(answers)
+        raise SetupError(f"{where}: entry {wl.entry!r}: {target} defines no {func!r} (on {sides})")
+
+
+def _module_entry(wl: WorkloadConfig, where: str, target: str, trees: dict[str, Path]) -> None:
+    top = target.split(".")[0]
+    for tree in trees.values():
+        for root in (tree, tree / "src"):
+            if (root / top).is_dir() or (root / f"{top}.py").is_file():
+                return
+    if importlib.util.find_spec(top) is None:  # the top package only: finding it imports nothing
+        raise SetupError(
+            f"{where}: entry {wl.entry!r}: no module {top!r} in base, head or this interpreter's packages"
+        )
+
+
+def check_workloads(workloads: Iterable[WorkloadConfig], source: str, base: Path, head: Path) -> None:
+    """Each workload's entry names a built-in, or a file and function one of the trees has."""
+    trees = {"base": base, "head": head}
+    for wl in workloads:
+        where = f"{source}: workload {wl.name!r}"
+        if wl.entry in BUILTIN_WORKLOADS:
+            continue
+        target, sep, func = wl.entry.rpartition(":")
+        if not sep:
+            raise SetupError(
+                f"{where}: entry {wl.entry!r}: expected a built-in name ({', '.join(BUILTIN_WORKLOADS)}), "
+                "path/to/file.py:function or package.module:function"
+            )
+        if target.endswith(".py") or "/" in target:
+            _file_entry(wl, where, target, func, trees)
+        else:
+            _module_entry(wl, where, target, trees)
+
+
+_ASK = (
+    "import json, sys\n"
+    "out = {'python': sys.version.split()[0]}\n"
+    "try:\n    import perfcheck; out['perfcheck'] = perfcheck.__version__\n"
+    "except Exception as e: out['perfcheck_error'] = f'{type(e).__name__}: {e}'\n"
+    "try:\n    import torch; out['torch'] = torch.__version__; out['cuda'] = torch.cuda.is_available()\n"
+    "except Exception as e: out['torch_error'] = f'{type(e).__name__}: {e}'\n"
+    "print(json.dumps(out))\n"
+)
+
+
+def check_interpreter(python: str, flag: str, device: str) -> None:
+    """``python`` runs, imports this perfcheck and torch, and sees a GPU when the device is CUDA."""
+    if python == sys.executable and device != "cuda":
+        return  # this very interpreter: it runs perfcheck now, and the probes import torch first thing
+    try:
+        done = subprocess.run(
+            [python, "-c", _ASK],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SetupError(f"{flag} {python}: cannot run it ({err})") from None
+    try:
+        found = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise SetupError(f"{flag} {python}: not a Python interpreter that runs ({last})") from None
+    if "perfcheck_error" in found:
+        raise SetupError(
+            f"{flag} {python}: cannot import perfcheck ({found['perfcheck_error'][:200]}); the probes run "
+            f"perfcheck's own workers under it, so install perfcheck {__version__} into that environment"
+        )
+    if found.get("perfcheck") != __version__:
+        raise SetupError(
+            f"{flag} {python}: has perfcheck {found.get('perfcheck')}, this is {__version__}; the probes "
+            "speak this version's protocol, so install the same one there"
+        )
+    if "torch_error" in found:
+        raise SetupError(f"{flag} {python}: cannot import torch ({found['torch_error'][:200]})")
+    if device == "cuda" and not found.get("cuda"):
+        raise SetupError(
+            f"--device cuda: torch {found.get('torch')} under {python} sees no CUDA device "
+            "(a CPU build of torch, or no GPU on this machine); use --device cpu"
+        )
