@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -89,3 +91,15 @@ def review(tmp_path: Path) -> ReviewFn:
         return result
 
     return _review
+
+
+def perfcheck_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """The real command in a fresh process, as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "perfcheck", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        check=False,
+    )

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import DEMO, model_tree, write_tree
+from conftest import DEMO, model_tree, perfcheck_cli, write_tree
 
 from perfcheck.cli import build_parser, main
 
@@ -29,15 +29,7 @@ SUBCOMMANDS = (
 )
 
 
-def perfcheck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perfcheck", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=600,
-        check=False,
-    )
+perfcheck = perfcheck_cli
 
 
 @pytest.mark.parametrize("command", [[], *[[c] for c in SUBCOMMANDS]])

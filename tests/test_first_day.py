@@ -5,12 +5,11 @@ Each test runs the real command in a fresh process, as a new user would."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import write_tree
+from conftest import perfcheck_cli, write_tree
 
 
 def torch_sees_cuda() -> bool:
@@ -48,15 +47,7 @@ compile: {backend: aot_eager}
 """
 
 
-def perfcheck(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "perfcheck", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=600,
-        check=False,
-    )
+perfcheck = perfcheck_cli
 
 
 def _trees(tmp_path: Path, head_config: str | None) -> tuple[Path, Path]:
