@@ -93,7 +93,8 @@ def _cmd_review(args: argparse.Namespace) -> int:
     print(comment)
     _to_actions(review, args.out, args.templates, request.config)  # type: ignore[attr-defined]
     print(
-        f"perfcheck: {review.verdict} — wrote {args.out / 'result.json'} and {args.out / 'comment.md'}",
+        f"perfcheck: {review.verdict} — wrote {args.out / 'result.json'}, {args.out / 'comment.md'} and "
+        f"{args.out / 'report.html'}",
         file=sys.stderr,
     )
     return EXIT_CODES[review.verdict]
@@ -153,8 +154,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     print(comment)
     _to_actions(review, args.out, args.templates, config)
     print(
-        f"perfcheck: {review.verdict} — merged {len(runs)} shard(s); wrote {args.out / 'result.json'} "
-        f"and {args.out / 'comment.md'}",
+        f"perfcheck: {review.verdict} — merged {len(runs)} shard(s); wrote {args.out / 'result.json'}, "
+        f"{args.out / 'comment.md'} and {args.out / 'report.html'}",
         file=sys.stderr,
     )
     return EXIT_CODES[review.verdict]
@@ -288,7 +289,11 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
         ".github/perfcheck.yml in the base tree, so a PR cannot loosen its own gate)",
     )
     parser.add_argument(
-        "--out", type=Path, default=Path("perfcheck-out"), help="output folder (default %(default)s)"
+        "--out",
+        type=Path,
+        default=Path("perfcheck-out"),
+        help="output folder (default %(default)s): review writes result.json, comment.md and "
+        "report.html there, probe writes probes.json; both keep the probes' logs under probes/",
     )
     parser.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default %(default)s)"
@@ -384,7 +389,10 @@ def _add_report_parser(sub: Any) -> None:
     )
     report.add_argument("probes", type=Path, nargs="+", help="probes.json files, or folders holding one")
     report.add_argument(
-        "--out", type=Path, default=Path("perfcheck-out"), help="output folder (default %(default)s)"
+        "--out",
+        type=Path,
+        default=Path("perfcheck-out"),
+        help="output folder: result.json, comment.md and report.html (default %(default)s)",
     )
     report.add_argument("--config", type=Path, help="settings file (default: perfcheck.yml here)")
     report.add_argument(
@@ -413,6 +421,7 @@ def _add_schema_parser(sub: Any) -> None:
         "schema",
         help="print the JSON Schema of result.json",
         description="Print the JSON Schema of the review result (result.json).",
+        epilog="Exit codes: 0 printed.",
     )
     schema.set_defaults(func=_cmd_schema)
 
@@ -490,6 +499,7 @@ def _add_serve_parser(sub: Any) -> None:
         "answers at once and works in the background: reacts to `/perfcheck`, sets the check run and "
         "dispatches the probe workflow. Environment: PERFCHECK_APP_ID, PERFCHECK_APP_PRIVATE_KEY (or "
         "PERFCHECK_APP_PRIVATE_KEY_FILE), PERFCHECK_WEBHOOK_SECRET, GITHUB_API_URL (for GitHub Enterprise).",
+        epilog="Exit codes: 0 stopped cleanly (Ctrl-C or SIGTERM), 2 bad settings or environment.",
     )
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default %(default)s)")
     serve.add_argument("--port", type=int, default=8080, help="port (default %(default)s)")
@@ -502,6 +512,7 @@ def _add_render_parser(sub: Any) -> None:
         "render",
         help="render the comment from a result.json",
         description="Validate a result.json as untrusted data and print its review comment.",
+        epilog="Exit codes: 0 printed, 2 bad input (a result or config that cannot be read).",
     )
     render.add_argument("result", type=Path, help="path to result.json")
     render.add_argument("--templates", type=Path, help="folder with your own comment.md.j2")

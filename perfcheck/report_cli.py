@@ -57,9 +57,12 @@ def _cmd_html(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write(html)
         return 0
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(html, encoding="utf-8")
-    print(f"perfcheck: wrote {args.out}", file=sys.stderr)
+    # A folder, as every other command's --out: the file in it has the name review gives it.
+    named = args.out.suffix.lower() in (".html", ".htm") and not args.out.is_dir()
+    out = args.out if named else args.out / "report.html"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    print(f"perfcheck: wrote {out}", file=sys.stderr)
     return 0
 
 
@@ -74,21 +77,28 @@ def add_html_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         epilog="Exit codes: 0 written, 2 unreadable result or history store.",
     )
     html.add_argument("result", type=Path, help="a result.json written by `perfcheck review` or `report`")
-    html.add_argument("--out", type=Path, help="the HTML file to write (default: standard output)")
+    html.add_argument(
+        "--out",
+        type=Path,
+        help="where to write: a folder (report.html in it, as `perfcheck review --out` writes) or a "
+        ".html file (default: standard output)",
+    )
     html.add_argument("--templates", type=Path, help="a folder whose report.html.j2 replaces perfcheck's")
     html.add_argument(
         "--config", type=Path, help="settings file: its plugins and matrix (default: perfcheck.yml here)"
     )
     html.add_argument(
+        "--db",
         "--history",
+        dest="history",
         type=Path,
-        help="a history store (perfcheck history): the heatmap then shows graph breaks across its "
-        "recent reviews instead of this review's new ones",
+        help="a history database (as `perfcheck history --db`): the heatmap then shows graph breaks "
+        "across its recent reviews instead of this review's new ones",
     )
     html.add_argument(
         "--last",
         type=positive,
         default=50,
-        help="with --history: how many recent reviews the heatmap covers (default %(default)s)",
+        help="with --db: how many recent reviews the heatmap covers (default %(default)s)",
     )
     html.set_defaults(func=_cmd_html)

@@ -4,6 +4,7 @@ Each test runs the real command in a fresh process, as a new user would."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -227,3 +228,42 @@ def test_a_truncated_result_names_where_it_ends(tmp_path: Path) -> None:
     done = perfcheck("render", str(cut))
     assert done.returncode == 2, done.stderr
     assert "invalid JSON at line 1, column" in done.stderr and "the file ends early" in done.stderr
+
+
+# -- help that tells the truth ------------------------------------------------------------------
+
+
+def _help(*command: str) -> str:
+    from perfcheck.cli import build_parser
+
+    parser = build_parser()
+    for name in command:
+        parser = next(a.choices[name] for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return parser.format_help()
+
+
+@pytest.mark.parametrize(
+    "command", ["review", "probe", "report", "schema", "render", "plan", "publish", "serve", "html", "sweep"]
+)
+def test_every_command_says_what_its_exit_codes_mean(command: str) -> None:
+    assert "Exit codes: 0" in _help(command)
+
+
+def test_review_help_names_every_probe_the_defaults_and_the_report_it_writes() -> None:
+    from perfcheck.config import default_probes, probe_names
+
+    text = " ".join(_help("review").split())
+    for name in probe_names():
+        assert name in text
+    assert f"else {', '.join(default_probes())}" in text
+    assert "report.html" in text
+
+
+def test_html_out_is_a_folder_as_everywhere_else_and_the_database_is_db(tmp_path: Path) -> None:
+    result = Path(__file__).parent / "data" / "demo-result.json"
+    done = perfcheck("html", str(result), "--out", str(tmp_path))
+    assert done.returncode == 0 and (tmp_path / "report.html").is_file()
+    done = perfcheck(
+        "html", str(result), "--out", str(tmp_path / "r.html"), "--db", str(tmp_path / "none.sqlite")
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr

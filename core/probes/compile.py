@@ -266,7 +266,8 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
         either = hm or bm
         rows.append(
             Row(
-                f"cold compile ({either.backend})" if either else "cold compile",
+                # One cold compile per side: the Δ is a single measurement's, not an estimate.
+                f"cold compile ({either.backend}, one run each)" if either else "cold compile (one run each)",
                 cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
                 cell(hc, f"{hm.cold_compile_s:.2f} s" if hm else None),
                 deltas.relative(bm.cold_compile_s, hm.cold_compile_s, digits=0, missing="")
