@@ -27,7 +27,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
-from perfcheck.runner.loader import load_build
+from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, RankGraphs, load_model
 from perfcheck.spec import ProbeSpec
@@ -95,8 +95,8 @@ def run_variant(
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
-    model, inputs = load_build(spec.workload.entry, tree)(device)
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    built = call_build(load_build(spec.workload.entry, tree), device)
+    model, inputs = built.model, built.inputs
     model = steps.prepare(model, train=True)
     rec = _Recorder(spec.compile.backend)
     net = _wrap(variant, model, device, spec, rec)
@@ -114,8 +114,8 @@ def run_variant(
     breaks = []
     if variant != "eager":
         torch._dynamo.reset()
-        fresh, fresh_inputs = load_build(spec.workload.entry, tree)(device)
-        fresh_inputs = fresh_inputs if isinstance(fresh_inputs, tuple) else (fresh_inputs,)
+        rebuilt = call_build(load_build(spec.workload.entry, tree), device)
+        fresh, fresh_inputs = rebuilt.model, rebuilt.inputs
         explained = torch._dynamo.explain(steps.prepare(fresh, train=True))(*fresh_inputs)
         breaks = graph_breaks_of(explained, tree)
     metrics = DdpVariantMetrics(

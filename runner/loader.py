@@ -10,7 +10,8 @@ import hashlib
 import importlib
 import importlib.util
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -73,3 +74,50 @@ def load_build(entry: str, tree: Path) -> Callable[..., Any]:
     if not callable(build):
         raise WorkloadError(f"{target} has no callable {func!r}")
     return build
+
+
+@dataclass(frozen=True)
+class Built:
+    """What ``build(device)`` gave, in the one shape every probe uses: positional inputs."""
+
+    model: Any
+    inputs: tuple[Any, ...]
+    # The recompile check's call with another batch: build()'s third item (None: no such call);
+    # ``second_given`` False when it gave none, and the probe halves the batch itself.
+    second: tuple[Any, ...] | None = None
+    second_given: bool = False
+
+
+SHAPES = (
+    "build() returns (model, inputs) or (model, inputs, second_inputs); inputs: a tuple, one value "
+    "or a dict of keyword inputs"
+)
+
+
+def call_build(build: Callable[..., Any], device: str) -> Built:
+    """Call the workload's ``build``; what it raises is the workload's own error (ValueError for a
+    result of the wrong shape). Keyword inputs (a dict) run through ``KeywordCall``."""
+    result = build(device)
+    if not isinstance(result, tuple | list) or len(result) not in (2, 3):
+        raise ValueError(f"{SHAPES}; got {type(result).__name__}")
+    model, inputs, *rest = result
+    second = rest[0] if rest else None
+    if isinstance(inputs, Mapping):
+        names = tuple(str(k) for k in inputs)
+        if second is not None and (not isinstance(second, Mapping) or tuple(second) != names):
+            raise ValueError(f"second inputs must be a dict with the same keys as inputs: {', '.join(names)}")
+        from perfcheck.runner.keyword_call import KeywordCall
+
+        model = KeywordCall(model, names)
+        inputs = tuple(inputs.values())
+        second = tuple(second.values()) if second is not None else None
+
+    def positional(x: Any) -> tuple[Any, ...]:
+        return x if isinstance(x, tuple) else (x,)  # a list is one argument, as Python passes it
+
+    return Built(
+        model,
+        positional(inputs),
+        positional(second) if second is not None else None,
+        second_given=bool(rest),
+    )

@@ -21,7 +21,7 @@ from perfcheck.runner import step as steps
 from perfcheck.runner.channel import write_result
 from perfcheck.runner.dynamo_stats import compile_activity
 from perfcheck.runner.fingerprint import environment
-from perfcheck.runner.loader import load_build
+from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.timing_worker import Timer
 from perfcheck.schema import load_model
 from perfcheck.sweep_schema import PointMeasurement, PointSpec, SweepPoint
@@ -57,8 +57,8 @@ def _peak_memory(device: str) -> tuple[float, str]:
 def measure(spec: PointSpec) -> PointMeasurement:
     wl = spec.workload
     torch._dynamo.reset()
-    model, inputs = load_build(wl.entry, Path(spec.tree))(spec.device)
-    inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+    built = call_build(load_build(wl.entry, Path(spec.tree)), spec.device)
+    model, inputs = built.model, built.inputs
     model = steps.prepare(model, wl.train)
     optimizer = steps.frozen_optimizer(model) if wl.train else None
     compiled = torch.compile(model, **compile_kwargs(spec.backend, spec.point))

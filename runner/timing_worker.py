@@ -37,7 +37,7 @@ from perfcheck.runner import step as steps
 from perfcheck.runner.device_metrics import from_trace
 from perfcheck.runner.dynamo_stats import compile_activity, compile_breakdown, compiled_frames
 from perfcheck.runner.fingerprint import environment
-from perfcheck.runner.loader import load_build
+from perfcheck.runner.loader import call_build, load_build
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
@@ -159,8 +159,8 @@ class Session:
             # Set before the first op, so intra-op parallel regions never start more threads.
             torch.set_num_threads(cfg.cpu_threads)
         torch._dynamo.reset()
-        model, inputs = load_build(wl.entry, Path(spec.tree))(spec.device)
-        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        built = call_build(load_build(wl.entry, Path(spec.tree)), spec.device)
+        model, inputs = built.model, built.inputs
         model = steps.prepare(model, wl.train)
         optimizer = steps.frozen_optimizer(model) if wl.train else None
         target = (

@@ -15,7 +15,7 @@ from pathlib import Path
 from perfcheck import plugins
 from perfcheck.runner.channel import write_result
 from perfcheck.runner.fingerprint import environment
-from perfcheck.runner.loader import WorkloadError, load_build
+from perfcheck.runner.loader import WorkloadError, call_build, load_build
 from perfcheck.runner.locate import exception_location, relative_path
 from perfcheck.runner.probes.base import Workload, get_probe
 from perfcheck.schema import ProbeResult, load_model
@@ -30,18 +30,10 @@ def _builder(spec: ProbeSpec) -> Workload:
     tree = Path(spec.tree)
     build = load_build(spec.workload.entry, tree)
     try:
-        built = build(spec.device)
-        model, inputs, *rest = built
+        built = call_build(build, spec.device)
     except (Exception, SystemExit) as err:
         raise _BuildError(err) from err
-    if len(rest) > 1:
-        raise _BuildError(ValueError("build() returns (model, inputs) or (model, inputs, second_inputs)"))
-
-    def as_tuple(x: object) -> tuple[object, ...]:
-        return x if isinstance(x, tuple) else (x,)
-
-    second = as_tuple(rest[0]) if rest and rest[0] is not None else None
-    return Workload(spec.workload.name, model, as_tuple(inputs), second=second, second_given=bool(rest))
+    return Workload(spec.workload.name, built.model, built.inputs, built.second, built.second_given)
 
 
 USER_FRAMES = 8  # the innermost frames of the user's own code a crash keeps

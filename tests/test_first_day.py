@@ -267,3 +267,64 @@ def test_html_out_is_a_folder_as_everywhere_else_and_the_database_is_db(tmp_path
         "html", str(result), "--out", str(tmp_path / "r.html"), "--db", str(tmp_path / "none.sqlite")
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
+
+
+# -- workloads as real repositories write them ---------------------------------------------------
+
+KEYWORDS = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, pixel_values, *, scale):
+        {change}
+        return torch.relu(self.fc(pixel_values)) * scale
+
+
+def build(device):
+    torch.manual_seed(0)
+    x = torch.randn(4, 8).to(device)
+    scale = torch.tensor(2.0).to(device)
+    # keyword inputs, and the recompile check's own second batch, as the model is called
+    return Net().to(device), {"pixel_values": x, "scale": scale}, {"pixel_values": x[:2], "scale": scale}
+"""
+
+
+def test_keyword_inputs_and_second_inputs_reach_every_probe(tmp_path: Path) -> None:
+    base = write_tree(
+        tmp_path / "base",
+        {
+            "model.py": KEYWORDS.replace("{change}", "pass"),
+            "perfcheck.yml": "workloads:\n  - {name: net, entry: model.py:build}\ncompile: {backend: aot_eager}\n"
+            "timing: {compiled: false, processes: 2, max_processes: 2}\n",
+        },
+    )
+    head = write_tree(tmp_path / "head", {"model.py": KEYWORDS.replace("{change}", 'print("step")')})
+    out = tmp_path / "out"
+    done = perfcheck(
+        "review",
+        "--base",
+        str(base),
+        "--head",
+        str(head),
+        "--probes",
+        "compile,export,timing",
+        "--out",
+        str(out),
+    )
+    assert done.returncode in (1, 3), done.stderr
+    result = json.loads((out / "result.json").read_text())
+    statuses = {
+        (r["probe"], side): r["status"]
+        for wl in result["workloads"]
+        for side in ("base", "head")
+        for r in wl[side]
+    }
+    assert all(s == "ok" for s in statuses.values()), statuses
+    [gb] = [f for f in result["findings"] if f["category"] == "graph_break_added"]
+    assert gb["location"]["path"] == "model.py" and gb["location"]["code"] == 'print("step")'

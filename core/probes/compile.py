@@ -50,8 +50,10 @@ def guard_expression(reason: str) -> str:
 
 def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> list[Finding]:
     out: list[Finding] = []
-    base_breaks = Counter({_break_key(b): b.count for b in base.graph_breaks})
-    head_breaks = Counter({_break_key(b): b.count for b in head.graph_breaks})
+    base_breaks, head_breaks = Counter[tuple[str, str, str]](), Counter[tuple[str, str, str]]()
+    for counter, breaks in ((base_breaks, base.graph_breaks), (head_breaks, head.graph_breaks)):
+        for b in breaks:
+            counter[_break_key(b)] += b.count
     added, removed = head_breaks - base_breaks, base_breaks - head_breaks
     over_budget = sum(added.values()) > config.budgets.max_new_graph_breaks
     graphs = [base.graph_count, head.graph_count]
@@ -60,8 +62,10 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
         ("graph_break_removed", "info", base.graph_breaks, removed, "no longer splits"),
     )
     for category, severity, breaks, delta, verb in changes:
+        shown: set[tuple[str, str, str]] = set()
         for gb in breaks:
-            if delta[_break_key(gb)]:
+            if delta[_break_key(gb)] and _break_key(gb) not in shown:
+                shown.add(_break_key(gb))
                 out.append(
                     Finding(
                         category=category,

@@ -77,7 +77,10 @@ def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None
     explained_at = {(loc.path, loc.line) for (_, _, loc) in grouped if loc is not None}
     for lb in logged or []:
         location = to_location(innermost_user_frame(lb.stack, tree) or lb.stack[-1], tree)
+        # Dynamo can log one break twice: when it gives up inlining a call at the break, and again
+        # when it compiles the called function as a frame of its own (a wrapper's forward, say).
         if (location.path, location.line) not in explained_at:
+            explained_at.add((location.path, location.line))
             grouped[(break_type(lb.reason), lb.reason, location)] += 1
     return [
         GraphBreak(break_type=kind, reason=text, location=loc, count=n)
