@@ -20,6 +20,7 @@ from pathlib import Path
 
 from perfcheck import __version__
 from perfcheck.config import WorkloadConfig
+from perfcheck.runner.loader import import_roots
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 
 
@@ -72,17 +73,14 @@ def _defines(source: str, name: str) -> bool | None:
 def _file_entry(wl: WorkloadConfig, where: str, target: str, func: str, trees: dict[str, Path]) -> None:
     found: dict[str, Path] = {}
     for side, tree in trees.items():
-        path = (tree / target).resolve()
-        if not path.is_relative_to(tree.resolve()):
-            raise SetupError(
-                f"{where}: entry {wl.entry!r}: {target} lies outside the {side} tree; a workload file "
-                "belongs to the repository (or name it as package.module:function, README "
-                '"Configuration")'
-            )
+        path = (tree / target).resolve()  # outside the tree (absolute, or ../): imported against each side
         if path.is_file():
             found[side] = path
     if not found:
-        raise SetupError(f"{where}: entry {wl.entry!r}: no file {target} in base ({trees['base']}) or head")
+        inside = all((tree / target).resolve().is_relative_to(tree.resolve()) for tree in trees.values())
+        outside = (trees["base"] / target).resolve()
+        where_looked = f"in base ({trees['base']}) or head" if inside else f"at {outside}"
+        raise SetupError(f"{where}: entry {wl.entry!r}: no file {target} {where_looked}")
     answers = {
         side: _defines(path.read_text(encoding="utf-8", errors="replace"), func)
         for side, path in found.items()
@@ -95,7 +93,7 @@ def _file_entry(wl: WorkloadConfig, where: str, target: str, func: str, trees: d
 def _module_entry(wl: WorkloadConfig, where: str, target: str, trees: dict[str, Path]) -> None:
     top = target.split(".")[0]
     for tree in trees.values():
-        for root in (tree, tree / "src"):
+        for root in import_roots(tree):
             if (root / top).is_dir() or (root / f"{top}.py").is_file():
                 return
     if importlib.util.find_spec(top) is None:  # the top package only: finding it imports nothing

@@ -6,20 +6,70 @@ own code; ``package.module:function`` is imported with the tree first on ``sys.p
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import importlib
+import importlib.metadata
 import importlib.util
+import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 
 
 class WorkloadError(Exception):
     """The workload could not be imported or built; the message is meant for the user."""
+
+
+def import_roots(tree: Path) -> list[Path]:
+    """Where a side's own packages import from, as if installed: the tree's root, and its ``src/``
+    (the src layout) when that holds a package."""
+    src = tree / "src"
+    has_package = src.is_dir() and any((d / "__init__.py").is_file() for d in src.iterdir() if d.is_dir())
+    return [src, tree] if has_package else [tree]
+
+
+def _first_on_path(*folders: str | Path) -> None:
+    """``folders`` first on ``sys.path``, in the order given."""
+    for folder in reversed([str(f) for f in folders]):
+        if folder in sys.path:
+            sys.path.remove(folder)
+        sys.path.insert(0, folder)
+
+
+def _metadata_of(tree: Path) -> None:
+    """The side's project metadata, so that ``importlib.metadata.version("pkg")`` in the package's
+    ``__init__`` works from a bare checkout as it does once installed: a minimal ``.dist-info`` for
+    the ``[project]`` of the tree's pyproject.toml, unless that project is installed already."""
+    try:
+        project = tomllib.loads((tree / "pyproject.toml").read_text(encoding="utf-8")).get("project", {})
+    except (OSError, ValueError):
+        return
+    name = project.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9._-]{1,100}", name):
+        return
+    try:
+        importlib.metadata.distribution(name)
+        return
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    version = project.get("version")
+    if not isinstance(version, str) or not re.fullmatch(r"[\w.+!-]{1,64}", version):
+        version = "0+unknown"  # dynamic (setuptools-scm and the like): a version, not the version
+    folder = Path(tempfile.mkdtemp(prefix="perfcheck-metadata-"))
+    atexit.register(shutil.rmtree, folder, True)
+    info = folder / f"{re.sub(r'[-.]+', '_', name)}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    sys.path.append(str(folder))
 
 
 def resolve_entry(entry: str) -> str:
@@ -56,19 +106,17 @@ def load_build(entry: str, tree: Path) -> Callable[..., Any]:
             "or 'package.module:function'"
         )
     tree = tree.resolve()
+    _metadata_of(tree)
     if target.endswith(".py") or "/" in target:
-        path = (tree / target).resolve()
-        if not path.is_relative_to(tree):
-            raise WorkloadError(f"workload file {target!r} lies outside the tree {tree}")
+        path = (tree / target).resolve()  # an absolute target stays itself
         if not path.is_file():
-            raise WorkloadError(f"workload file {target!r} does not exist in {tree}")
-        for folder in (str(path.parent), str(tree)):
-            if folder not in sys.path:
-                sys.path.insert(0, folder)
+            where = f"in {tree}" if path.is_relative_to(tree) else "(outside the tree)"
+            raise WorkloadError(f"workload file {target!r} does not exist {where}")
+        # A file outside the tree (a CI folder, say) is imported against this side's tree.
+        _first_on_path(str(path.parent), *import_roots(tree))
         module = _import_file(path)
     else:
-        if str(tree) not in sys.path:
-            sys.path.insert(0, str(tree))
+        _first_on_path(*import_roots(tree))
         module = importlib.import_module(target)
     build = getattr(module, func, None)
     if not callable(build):

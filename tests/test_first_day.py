@@ -123,7 +123,7 @@ def test_an_empty_config_is_bad_input_before_any_probe(tmp_path: Path) -> None:
         ("model.py", "expected a built-in name"),
         ("model.py:buld", "model.py defines no 'buld' (on base and head)"),
         ("nope.py:build", "no file nope.py in base"),
-        ("../elsewhere.py:build", "lies outside the base tree"),
+        ("../elsewhere.py:build", "no file ../elsewhere.py at /"),
         ("nopkg_anywhere.mod:build", "no module 'nopkg_anywhere'"),
     ],
 )
@@ -328,3 +328,71 @@ def test_keyword_inputs_and_second_inputs_reach_every_probe(tmp_path: Path) -> N
     assert all(s == "ok" for s in statuses.values()), statuses
     [gb] = [f for f in result["findings"] if f["category"] == "graph_break_added"]
     assert gb["location"]["path"] == "model.py" and gb["location"]["code"] == 'print("step")'
+
+
+SRC_MODEL = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        {change}
+        return torch.relu(h)
+"""
+
+OUTSIDE_WORKLOAD = """\
+import torch
+from tinypkg.model import Net
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_a_src_layout_package_and_a_workload_file_outside_the_repository(tmp_path: Path) -> None:
+    def repo(root: Path, change: str) -> Path:
+        return write_tree(
+            root,
+            {
+                "pyproject.toml": '[project]\nname = "tinypkg"\nversion = "1.2.3"\n',
+                # importing from a bare checkout must find the project's metadata, as installed
+                "src/tinypkg/__init__.py": 'from importlib.metadata import version\n__version__ = version("tinypkg")\n',
+                "src/tinypkg/model.py": SRC_MODEL.replace("{change}", change),
+            },
+        )
+
+    base = repo(tmp_path / "base", "pass")
+    head = repo(tmp_path / "head", "if h.sum().item() > 0:\n            h = h * 2")
+    write_tree(tmp_path / "ci", {"bench.py": OUTSIDE_WORKLOAD})  # kept out of the repository
+    config = write_tree(
+        tmp_path / "cfg",
+        {
+            "perfcheck.yml": "workloads:\n  - {name: net, entry: ../ci/bench.py:build}\ncompile: {backend: aot_eager}\n"
+        },
+    )
+    out = tmp_path / "out"
+    done = perfcheck(
+        "review",
+        "--base",
+        str(base),
+        "--head",
+        str(head),
+        "--config",
+        str(config / "perfcheck.yml"),
+        "--probes",
+        "compile",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 1, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    [gb] = [f for f in result["findings"] if f["category"] == "graph_break_added"]
+    assert gb["location"]["path"] == "src/tinypkg/model.py" and gb["location"]["line"] == 12
