@@ -300,7 +300,8 @@ def test_keyword_inputs_and_second_inputs_reach_every_probe(tmp_path: Path) -> N
         tmp_path / "base",
         {
             "model.py": KEYWORDS.replace("{change}", "pass"),
-            "perfcheck.yml": "workloads:\n  - {name: net, entry: model.py:build}\ncompile: {backend: aot_eager}\n"
+            "perfcheck.yml": "workloads:\n  - {name: net, entry: model.py:build}\n"
+            "compile: {backend: aot_eager}\n"
             "timing: {compiled: false, processes: 2, max_processes: 2}\n",
         },
     )
@@ -364,7 +365,8 @@ def test_a_src_layout_package_and_a_workload_file_outside_the_repository(tmp_pat
             {
                 "pyproject.toml": '[project]\nname = "tinypkg"\nversion = "1.2.3"\n',
                 # importing from a bare checkout must find the project's metadata, as installed
-                "src/tinypkg/__init__.py": 'from importlib.metadata import version\n__version__ = version("tinypkg")\n',
+                "src/tinypkg/__init__.py": "from importlib.metadata import version\n"
+                '__version__ = version("tinypkg")\n',
                 "src/tinypkg/model.py": SRC_MODEL.replace("{change}", change),
             },
         )
@@ -375,7 +377,8 @@ def test_a_src_layout_package_and_a_workload_file_outside_the_repository(tmp_pat
     config = write_tree(
         tmp_path / "cfg",
         {
-            "perfcheck.yml": "workloads:\n  - {name: net, entry: ../ci/bench.py:build}\ncompile: {backend: aot_eager}\n"
+            "perfcheck.yml": "workloads:\n  - {name: net, entry: ../ci/bench.py:build}\n"
+            "compile: {backend: aot_eager}\n"
         },
     )
     out = tmp_path / "out"
