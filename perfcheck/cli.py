@@ -82,7 +82,7 @@ def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> 
 
 def _cmd_review(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError
-    from perfcheck.review import EXIT_CODES, UsageError, run
+    from perfcheck.review import EXIT_CODES, UsageError, broken_workloads, run
 
     try:
         request = _request(args)
@@ -97,7 +97,10 @@ def _cmd_review(args: argparse.Namespace) -> int:
         f"{args.out / 'report.html'}",
         file=sys.stderr,
     )
-    return EXIT_CODES[review.verdict]
+    broken = broken_workloads(review)
+    for why in broken:
+        print(f"perfcheck: {why} (see {args.out / 'probes'} for each probe's log)", file=sys.stderr)
+    return EXIT_BAD_INPUT if broken else EXIT_CODES[review.verdict]
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -134,7 +137,15 @@ def _planned_scope(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str
 def _cmd_report(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError, review_config
     from perfcheck.core.history import HistoryError
-    from perfcheck.review import EXIT_CODES, ShardError, UsageError, config_of_runs, expected_results, report
+    from perfcheck.review import (
+        EXIT_CODES,
+        ShardError,
+        UsageError,
+        broken_workloads,
+        config_of_runs,
+        expected_results,
+        report,
+    )
     from perfcheck.schema import ContractError, load_probe_run
 
     try:
@@ -158,7 +169,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
         f"{args.out / 'comment.md'} and {args.out / 'report.html'}",
         file=sys.stderr,
     )
-    return EXIT_CODES[review.verdict]
+    broken = broken_workloads(review)
+    for why in broken:
+        print(f"perfcheck: {why}", file=sys.stderr)
+    return EXIT_BAD_INPUT if broken else EXIT_CODES[review.verdict]
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

@@ -208,6 +208,18 @@ def config_of_runs(runs: list[tuple[str, ProbeRun]]) -> Config | None:
     return parse_config(texts.pop(), "perfcheck.yml (from the PR)")
 
 
+def broken_workloads(review: Review) -> list[str]:
+    """Workloads whose own import or build() fails on both sides in every probe: the setup is wrong
+    (bad input), not the PR. On one side only it is that side's finding."""
+    out = []
+    for wl in review.workloads:
+        sides = [wl.base, wl.head]
+        if all(results and all(r.workload_failed for r in results) for results in sides):
+            first = ((wl.head[0].message or "").strip().splitlines() or ["it fails"])[0]
+            out.append(f"workload {wl.name!r} fails on base and head before any probe measured it: {first}")
+    return out
+
+
 class ShardError(ValueError):
     """The probe runs given to `report` are not one complete set of shards."""
 

@@ -300,6 +300,9 @@ class ProbeResult(_Strict):
     status: ProbeStatus
     duration_s: float = Field(ge=0)
     message: str | None = Field(default=None, description="why the probe did not finish, for non-ok statuses")
+    workload_failed: bool = Field(
+        default=False, description="crashed in the workload's own import or build(), before the probe's work"
+    )
     environment: Environment | None = None
     compile: CompileMetrics | None = None
     export: ExportMetrics | None = None

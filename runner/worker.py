@@ -77,9 +77,18 @@ def _describe(err: BaseException, tree: Path, workload: str) -> str:
 def run(spec: ProbeSpec) -> ProbeResult:
     start = time.perf_counter()
     tree = Path(spec.tree)
+    building = False  # True while the workload's own import and build() run
+
+    def build() -> Workload:
+        nonlocal building
+        building = True
+        built = _builder(spec)
+        building = False
+        return built
+
     try:
         plugins.load_all(spec.plugins)  # a plugin probe's descriptor says where its run function is
-        output = get_probe(spec.probe).run(spec, lambda: _builder(spec))
+        output = get_probe(spec.probe).run(spec, build)
         status, message, metrics = output.status, output.message, output.metrics or {}
     except (Exception, SystemExit) as err:  # the crash is the finding; the review goes on
         traceback.print_exception(err, file=sys.stderr)  # whole, into the probe's log
@@ -91,6 +100,7 @@ def run(spec: ProbeSpec) -> ProbeResult:
         status=status,  # type: ignore[arg-type]
         duration_s=round(time.perf_counter() - start, 3),
         message=message,
+        workload_failed=status == "crashed" and building,
         environment=environment(spec.device),
         **metrics,
     )

@@ -399,3 +399,39 @@ def test_a_src_layout_package_and_a_workload_file_outside_the_repository(tmp_pat
     result = json.loads((out / "result.json").read_text())
     [gb] = [f for f in result["findings"] if f["category"] == "graph_break_added"]
     assert gb["location"]["path"] == "src/tinypkg/model.py" and gb["location"]["line"] == 12
+
+
+def test_a_build_that_raises_on_both_sides_is_bad_input_and_on_head_only_a_finding(tmp_path: Path) -> None:
+    raising = BREAK_FREE.replace("    torch.manual_seed(0)\n", '    raise RuntimeError("no weights here")\n')
+    config = "workloads:\n  - {name: net, entry: model.py:build}\ncompile: {backend: aot_eager}\n"
+    base = write_tree(tmp_path / "base", {"model.py": raising, "perfcheck.yml": config})
+    head = write_tree(tmp_path / "head", {"model.py": raising})
+    done = perfcheck(
+        "review",
+        "--base",
+        str(base),
+        "--head",
+        str(head),
+        "--probes",
+        "compile",
+        "--out",
+        str(tmp_path / "out"),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "workload 'net' fails on base and head before any probe measured it" in done.stderr
+    assert "no weights here" in done.stderr and "Traceback" not in done.stderr
+    (base / "model.py").write_text(BREAK_FREE.replace("{change}", "pass"))
+    done = perfcheck(
+        "review",
+        "--base",
+        str(base),
+        "--head",
+        str(head),
+        "--probes",
+        "compile",
+        "--out",
+        str(tmp_path / "out2"),
+    )
+    assert done.returncode == 1, done.stderr
+    result = json.loads((tmp_path / "out2" / "result.json").read_text())
+    assert [f["category"] for f in result["findings"]] == ["probe_crashed"]
