@@ -8,7 +8,7 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # What both images install: the package's sources and the install script (also run by .ci/check-install).
 FROM scratch AS source
-COPY pyproject.toml README.md LICENSE /src/
+COPY pyproject.toml README.md LICENSE constraints.txt /src/
 COPY perfcheck /src/perfcheck
 COPY bot /src/bot
 COPY core /src/core

@@ -1,7 +1,8 @@
 # Quick start: `make demo` and `make test`. Both set up .venv first.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-TORCH_VERSION ?= 2.13.0
+# One place for versions: constraints.txt (torch's too).
+TORCH_VERSION ?= $(shell sed -n 's/^torch==//p' constraints.txt)
 # Extra pip arguments for torch, e.g. TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu"
 TORCH_PIP_ARGS ?=
 
@@ -14,10 +15,10 @@ OPENAPI := .cache/github-openapi/api.github.com.json
 setup: $(VENV)/.installed
 
 # torch goes in first and pinned: a bare `torch` requirement would pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml constraints.txt
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check torch==$(TORCH_VERSION) $(TORCH_PIP_ARGS)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
 	touch $@
 
 demo: setup

@@ -21,7 +21,9 @@ if [[ "${PERFCHECK_INSTALL:-true}" == "true" ]]; then
   if [[ ! -x "$venv/bin/perfcheck" ]]; then
     echo "::group::install perfcheck"
     "$python" -m venv --system-site-packages "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$GITHUB_ACTION_PATH"
+    # The versions CI tested (constraints.txt), not whatever is newest on the day.
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+      -c "$GITHUB_ACTION_PATH/constraints.txt" "$GITHUB_ACTION_PATH"
     echo "::endgroup::"
   fi
   perfcheck=("$venv/bin/perfcheck")

@@ -18,7 +18,8 @@ if [ "$kind" = runner ] && [ "$before" = none ]; then
   echo "install-perfcheck: the runner image must start from an image with a CUDA build of torch" >&2
   exit 1
 fi
-"$python" -m pip install --no-cache-dir --disable-pip-version-check "$src"
+# The versions CI tested: constraints.txt pins every dependency (it installs nothing itself).
+"$python" -m pip install --no-cache-dir --disable-pip-version-check -c "$src/constraints.txt" "$src"
 
 case "$kind" in
   runner)

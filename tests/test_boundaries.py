@@ -72,3 +72,24 @@ def test_subpackages_are_the_top_level_folders_under_the_name_they_import_as() -
     for name in ("bot", "core", "runner", "templates"):
         link = ROOT / "perfcheck" / name
         assert link.is_symlink() and link.resolve() == (ROOT / name).resolve(), name
+
+
+def test_every_dependency_is_pinned_by_the_one_constraints_file() -> None:
+    """The action, the images and CI install what was tested: each requirement of pyproject.toml
+    (runtime and dev) has an exact pin in constraints.txt that satisfies it."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
+    pins = {}
+    for line in (root / "constraints.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            pins[name.strip().lower().replace("_", "-")] = version.strip()
+    for text in [*project["dependencies"], *project["optional-dependencies"]["dev"]]:
+        req = Requirement(text)
+        name = req.name.lower().replace("_", "-")
+        assert name in pins, f"{req.name} is not pinned in constraints.txt"
+        assert req.specifier.contains(pins[name], prereleases=True), f"{req.name}=={pins[name]} breaks {text}"
+    assert "torch" in pins  # the CPU venv's torch: Makefile and .ci/check-install read it from here
