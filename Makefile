@@ -32,7 +32,8 @@ $(OPENAPI): tests/fakegithub/fetch_spec.py
 	touch $@
 
 test: setup $(OPENAPI)
-	@rc=0; $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	@rc=0; start=$$(date +%s); $(PY) -m pytest $(PYTEST_ARGS) || rc=$$?; \
+	echo "make test: $$(( $$(date +%s) - start )) s wall time" >&2; \
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: setup
