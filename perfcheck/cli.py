@@ -144,6 +144,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         broken_workloads,
         config_of_runs,
         expected_results,
+        follow_up_results,
         report,
     )
     from perfcheck.schema import ContractError, load_probe_run
@@ -157,8 +158,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         runs = [(str(f), load_probe_run(f)) for f in files]
         if origin == "built-in" and (followed := config_of_runs(runs)) is not None:
             config, origin = followed, "head"
-        expected = expected_results(config, *_planned_scope(args))
-        review, comment = report(runs, config, args.out, args.templates, expected, origin)
+        scope = _planned_scope(args)
+        expected, may_add = expected_results(config, *scope), follow_up_results(config, *scope)
+        review, comment = report(runs, config, args.out, args.templates, expected, origin, may_add)
     except (ConfigError, ContractError, ShardError, HistoryError, UsageError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT

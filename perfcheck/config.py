@@ -218,6 +218,11 @@ class CustomOpsConfig(_Section):
         default_factory=list,
         description="torch.library namespaces to opcheck (default: those the workload uses)",
     )
+    auto: bool = Field(
+        default=True,
+        description="run custom_ops on a workload whose exported graph calls a custom op, though it was "
+        "not asked for (a workload's own `probes` list or --probes still decides)",
+    )
 
 
 class ProfileConfig(_Section):
@@ -368,6 +373,16 @@ def planned_probes(
         for p in (probes or wl.probes or (*default_probes(), *declared_probes(wl)))
         if not probes or wl.probes is None or p in wl.probes
     ]
+
+
+def follow_up_probes(
+    config: Config, wl: WorkloadConfig, planned: set[str], probes: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Probes a workload may get once the planned ones show they apply (custom_ops, when its
+    exported graph calls a custom op); only where its probes were left to the defaults."""
+    if probes or wl.probes is not None or not config.custom_ops.auto or "export" not in planned:
+        return ()
+    return () if "custom_ops" in planned else ("custom_ops",)
 
 
 def declared_probes(wl: WorkloadConfig) -> tuple[str, ...]:

@@ -17,7 +17,15 @@ from pathlib import Path
 
 from perfcheck import __version__, preflight
 from perfcheck.bot import acks
-from perfcheck.config import Config, WorkloadConfig, find_config, parse_config, planned_probes, probe_names
+from perfcheck.config import (
+    Config,
+    WorkloadConfig,
+    find_config,
+    follow_up_probes,
+    parse_config,
+    planned_probes,
+    probe_names,
+)
 from perfcheck.core.compare import compare
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
@@ -256,7 +264,11 @@ def merge_shards(runs: list[tuple[str, ProbeRun]]) -> tuple[list[WorkloadReview]
     return [by_name[n] for n in first.workload_set], first.base, first.head
 
 
-def check_complete(workloads: list[WorkloadReview], expected: set[tuple[str, str, str]]) -> None:
+def check_complete(
+    workloads: list[WorkloadReview],
+    expected: set[tuple[str, str, str]],
+    may_add: set[tuple[str, str, str]] = frozenset(),  # type: ignore[assignment]
+) -> None:
     """ShardError unless the results hold exactly one of each (workload, probe, side) expected.
 
     The results come from the job that ran PR code; what was asked for comes from the trusted
@@ -266,7 +278,13 @@ def check_complete(workloads: list[WorkloadReview], expected: set[tuple[str, str
         (wl.name, r.probe, side) for wl in workloads for side in ("base", "head") for r in getattr(wl, side)
     ]
     repeated = sorted({k for k in found if found.count(k) > 1})
-    missing, extra = sorted(expected - set(found)), sorted(set(found) - expected)
+    # A follow-up probe (custom_ops, once export saw a custom op) may be there, on both sides or
+    # neither: it adds findings and can stand in for nothing that was asked for.
+    added = {k for k in set(found) & may_add}
+    halves = {(w, p) for w, p, _ in added}
+    lopsided = sorted(k for k in may_add if (k[0], k[1]) in halves and k not in added)
+    missing = sorted(expected - set(found)) + lopsided
+    extra = sorted(set(found) - expected - may_add)
 
     def show(keys: list[tuple[str, str, str]]) -> str:
         listed = ", ".join(f"{w}/{p}/{s}" for w, p, s in keys[:8])
@@ -279,6 +297,20 @@ def check_complete(workloads: list[WorkloadReview], expected: set[tuple[str, str
     ]
     if problems:
         raise ShardError("the probe results are not the set the config asks for — " + "; ".join(problems))
+
+
+def follow_up_results(
+    config: Config, workloads: tuple[str, ...] = (), probes: tuple[str, ...] = ()
+) -> set[tuple[str, str, str]]:
+    """(workload, probe, side) a run may add to what was asked for, once earlier results call for them."""
+    chosen = select_workloads(config, workloads)
+    asked = planned_probes(chosen, select_probes(probes))
+    return {
+        (wl.name, p, side)
+        for wl in chosen
+        for p in follow_up_probes(config, wl, {q for w, q in asked if w.name == wl.name}, probes)
+        for side in ("base", "head")
+    }
 
 
 def expected_results(
@@ -301,9 +333,14 @@ def report(
     template_dir: Path | None = None,
     expected: set[tuple[str, str, str]] | None = None,
     config_origin: str | None = None,
+    may_add: set[tuple[str, str, str]] | None = None,
 ) -> tuple[Review, str]:
     workloads, base, head = merge_shards(runs)
-    check_complete(workloads, expected if expected is not None else expected_results(config))
+    check_complete(
+        workloads,
+        expected if expected is not None else expected_results(config),
+        may_add if may_add is not None else follow_up_results(config),
+    )
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
     # The folder as given: the review's commands name it the way its user typed it.
     review = review.model_copy(
@@ -327,12 +364,13 @@ def report(
 
 def run(request: ReviewRequest) -> tuple[Review, str]:
     probed = probe(request)
-    expected = expected_results(request.config, request.workloads, request.probes)
+    scope = (request.config, request.workloads, request.probes)
     return report(
         [("probes.json", probed)],
         request.config,
         request.out_dir,
         request.template_dir,
-        expected,
+        expected_results(*scope),
         request.config_origin,
+        follow_up_results(*scope),
     )

@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from perfcheck.config import Config, WorkloadConfig, planned_probes
+from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
@@ -287,6 +287,12 @@ def run_review(
 
     with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
         collected = list(pool.map(one, single))  # map keeps plan order, whatever finishes first
+        more = [
+            (wl, p, side) for wl, p in _follow_ups(run, wanted, collected) for side in (run.base, run.head)
+        ]
+        if more:
+            progress.total += len(more)
+            collected += list(pool.map(one, more))
     for wl, probe in paired:
         task = progress.begin(f"base ⇄ head · {wl.name} · {probe}")
 
@@ -312,6 +318,24 @@ def run_review(
         review = results[r.workload]
         results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
     return list(results.values())
+
+
+def _follow_ups(
+    run: ReviewRun, wanted: list[tuple[WorkloadConfig, str]], done: list[ProbeResult]
+) -> list[tuple[WorkloadConfig, str]]:
+    """Probes the first results call for: custom_ops on a workload whose exported graph (on either
+    side) calls a custom op, where its probes were left to the defaults."""
+    from perfcheck.core.probes.custom_ops import custom_ops_in_export
+
+    out = []
+    for wl in run.workloads:
+        planned = {p for w, p in wanted if w.name == wl.name}
+        if "custom_ops" not in follow_up_probes(run.config, wl, planned, run.probes):
+            continue
+        exports = [r for r in done if r.workload == wl.name and r.probe == "export"]
+        if any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
+            out.append((wl, "custom_ops"))
+    return out
 
 
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:

@@ -557,3 +557,26 @@ def test_a_place_outside_the_tree_is_shown_relative_to_its_package_and_never_ann
     )
     assert annotation(finding) is None
     assert annotation(finding.model_copy(update={"location": inside})) is not None
+
+
+def test_a_custom_op_in_the_exported_graph_gets_opcheck_without_asking(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = write_tree(
+        tmp_path / "base", {"model.py": FAKE_KERNEL.replace("{fake}", "return torch.empty_like(x)")}
+    )
+    # A fake kernel with the wrong dtype: export and compile still trace, opcheck does not agree.
+    wrong = "return torch.empty_like(x, dtype=torch.float64)"
+    head = write_tree(tmp_path / "head", {"model.py": FAKE_KERNEL.replace("{fake}", wrong)})
+    config = fast_config("timing: {compiled: false, processes: 2, max_processes: 2}")
+    result = review(base, head, config=config)  # the default probes: compile, export, timing
+    probed = {r.probe for r in result.workloads[0].head}
+    assert "custom_ops" in probed and {r.probe for r in result.workloads[0].base} == probed
+    failed = only(result, "custom_op_check_failed")
+    assert failed and all(f.evidence["op"].startswith("perfcheck_findings::shift") for f in failed)
+    assert result.verdict == "fail"
+    # A workload that lists its probes opts out.
+    listed = fast_config().model_copy(
+        update={"workloads": [fast_config().workloads[0].model_copy(update={"probes": ["export"]})]}
+    )
+    assert {r.probe for r in review(base, head, config=listed).workloads[0].head} == {"export"}

@@ -13,6 +13,25 @@ from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
 NO_CHECK = "opcheck"
 
+# PyTorch's own operator namespaces; '_'-prefixed ones (_c10d_functional, _quantized, ...) are
+# internal too. Anything else was registered by a project through torch.library or TORCH_LIBRARY.
+TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "debugprims", "inductor", "profiler"})
+
+
+def is_custom(namespace: str, configured: list[str]) -> bool:
+    if configured:
+        return namespace in configured
+    return namespace not in TORCH_NAMESPACES and not namespace.startswith("_")
+
+
+def custom_ops_in_export(result: ProbeResult | None, configured: list[str]) -> list[str]:
+    """The custom ops an exported graph calls (``ns.op.overload`` names in its op counts)."""
+    if result is None or result.export is None:
+        return []
+    return sorted(
+        op for op in result.export.op_counts if "." in op and is_custom(op.split(".")[0], configured)
+    )
+
 
 def check_name(c: CustomOpCheck) -> str:
     return c.failed_check or NO_CHECK

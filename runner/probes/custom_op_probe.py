@@ -15,23 +15,15 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
+from perfcheck.core.probes.custom_ops import is_custom
 from perfcheck.runner import step as steps
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
 from perfcheck.schema import CustomOpCheck, CustomOpMetrics
 from perfcheck.spec import ProbeSpec
 
-# PyTorch's own operator namespaces; '_'-prefixed ones (_c10d_functional, _quantized, ...) are
-# internal too. Anything else was registered by a project through torch.library or TORCH_LIBRARY.
-_TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "debugprims", "inductor", "profiler"})
 MESSAGE_LIMIT = 2000
 
 Call = tuple[tuple[Any, ...], dict[str, Any]]
-
-
-def is_custom(namespace: str, configured: list[str]) -> bool:
-    if configured:
-        return namespace in configured
-    return namespace not in _TORCH_NAMESPACES and not namespace.startswith("_")
 
 
 def op_label(op: torch._ops.OpOverload) -> str:
