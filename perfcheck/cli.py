@@ -180,7 +180,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_schema(args: argparse.Namespace) -> int:
     from perfcheck.schema import json_schema
 
-    print(json.dumps(json_schema(), indent=2))
+    print(json.dumps(json_schema(args.document), indent=2))
     return 0
 
 
@@ -436,8 +436,17 @@ def _add_schema_parser(sub: Any) -> None:
     schema = sub.add_parser(
         "schema",
         help="print the JSON Schema of result.json",
-        description="Print the JSON Schema of the review result (result.json).",
-        epilog="Exit codes: 0 printed.",
+        description="Print the JSON Schema of one of perfcheck's documents: the review result "
+        "(result.json, the default), a probe run (probes.json), or what `perfcheck trace summary "
+        "--json` and `trace diff --json` print.",
+        epilog="Exit codes: 0 printed, 2 an unknown document.",
+    )
+    schema.add_argument(
+        "document",
+        nargs="?",
+        default="result",
+        choices=("result", "probe-run", "trace-summary", "trace-diff"),
+        help="which document (default %(default)s)",
     )
     schema.set_defaults(func=_cmd_schema)
 

@@ -476,6 +476,58 @@ class ProbeRun(_Strict):
     )
 
 
+# -- `perfcheck trace summary|diff --json`: documents a script can rely on --------------------------
+
+
+class TraceOpDoc(_Strict):
+    name: str
+    kind: str = Field(description="compute, communication, memory for GPU activity; cpu_op for CPU ops")
+    count: int = Field(ge=0)
+    total_us: float = Field(description="over the analysed steps (GPU time; CPU ops: self time)")
+    per_step_us: float
+
+
+class TraceBreakdownDoc(_Strict):
+    span_us: float = Field(description="first to last GPU activity of the analysed steps")
+    idle_pct: float
+    compute_pct: float
+    non_compute_pct: float
+
+
+class TraceSummaryDoc(_Strict):
+    schema_version: Literal[2] = SCHEMA_VERSION
+    kind: Literal["trace-summary"] = "trace-summary"
+    file: str
+    events: int = Field(ge=0, description="events with a duration")
+    steps: list[int] = Field(description="the N of each ProfilerStep#N analysed")
+    steps_chosen: bool = Field(description="chosen with --steps; false: every step but the last, as HTA does")
+    last_step_dropped: bool
+    on_gpu: bool = Field(description="ops are GPU kernels; false: CPU ops by self time")
+    breakdown: TraceBreakdownDoc | None = None
+    comm_overlap_pct: float | None = Field(
+        default=None, description="communication time with compute running; None without communication"
+    )
+    ops: list[TraceOpDoc] = Field(description="largest total first; all of them, --top does not cut")
+
+
+class TraceChangeDoc(_Strict):
+    status: Literal["added", "removed", "changed"]
+    name: str
+    base_us: float | None = Field(description="per analysed step; None: not in base")
+    head_us: float | None
+    delta_us: float
+
+
+class TraceDiffDoc(_Strict):
+    schema_version: Literal[2] = SCHEMA_VERSION
+    kind: Literal["trace-diff"] = "trace-diff"
+    base: TraceSummaryDoc
+    head: TraceSummaryDoc
+    changes: list[TraceChangeDoc] = Field(
+        description="largest absolute change first; unchanged names left out"
+    )
+
+
 M = TypeVar("M", bound=BaseModel)
 
 # A result document larger than this is refused before it is parsed.
@@ -538,8 +590,19 @@ def load_probe_run(path: Path) -> ProbeRun:
     return _load_versioned(ProbeRun, path)
 
 
-def json_schema() -> dict[str, Any]:
-    """The result's JSON Schema; a finding's category is the vocabulary known now (plugins' too)."""
-    schema = Review.model_json_schema()
-    schema["$defs"]["Finding"]["properties"]["category"]["enum"] = list(categories())
+DOCUMENTS: dict[str, type[BaseModel]] = {
+    "result": Review,
+    "probe-run": ProbeRun,
+    "trace-summary": TraceSummaryDoc,
+    "trace-diff": TraceDiffDoc,
+}
+
+
+def json_schema(document: str = "result") -> dict[str, Any]:
+    """A document's JSON Schema (``DOCUMENTS``); a finding's category is the vocabulary known now
+    (plugins' too)."""
+    schema = DOCUMENTS[document].model_json_schema()
+    finding = schema.get("$defs", {}).get("Finding")
+    if finding is not None:
+        finding["properties"]["category"]["enum"] = list(categories())
     return schema

@@ -16,6 +16,7 @@ from perfcheck.argtypes import positive
 
 if TYPE_CHECKING:
     from perfcheck.core.trace import Change, TraceSummary
+    from perfcheck.schema import TraceDiffDoc, TraceSummaryDoc
 
 EXIT_BAD_INPUT = 2
 NAME_WIDTH = 60
@@ -53,9 +54,18 @@ def _what(s: TraceSummary) -> str:
     return "GPU kernels" if s.on_gpu else "CPU ops (self time)"
 
 
+def _step_list(ids: Sequence[int]) -> str:
+    return ", ".join(map(str, ids)) if len(ids) <= 6 else f"{ids[0]}–{ids[-1]}"
+
+
 def _steps(s: TraceSummary) -> str:
+    if s.chosen:
+        return f"profiler step{'s' if s.steps != 1 else ''} {_step_list(s.analysed)} analysed (--steps)"
     if s.last_step_dropped:
-        return f"{s.steps} profiler steps analysed (the last of {s.steps + 1} dropped)"
+        return (
+            f"{s.steps} profiler steps analysed ({_step_list(s.analysed)}; the last of {s.steps + 1} "
+            "dropped, as HTA does)"
+        )
     return f"{s.steps} profiler step{'s' if s.steps != 1 else ''}, whole trace analysed"
 
 
@@ -132,39 +142,109 @@ def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: Trac
     return "\n".join(out)
 
 
-def _load(path: Path, hta_rounding: bool) -> TraceSummary:
+def _load(path: Path, hta_rounding: bool, steps: str | None) -> TraceSummary:
     from perfcheck.core.trace import summarize
 
-    return summarize(path, hta_rounding)
+    return summarize(path, hta_rounding, steps)
+
+
+def summary_document(path: Path, s: TraceSummary) -> TraceSummaryDoc:
+    from perfcheck.schema import TraceBreakdownDoc, TraceOpDoc, TraceSummaryDoc
+
+    b = s.breakdown
+    steps = max(s.steps, 1)
+    return TraceSummaryDoc(
+        file=str(path),
+        events=s.events,
+        steps=list(s.analysed),
+        steps_chosen=s.chosen,
+        last_step_dropped=s.last_step_dropped,
+        on_gpu=s.on_gpu,
+        breakdown=TraceBreakdownDoc(
+            span_us=b.span_us,
+            idle_pct=b.idle_pct,
+            compute_pct=b.compute_pct,
+            non_compute_pct=b.non_compute_pct,
+        )
+        if b
+        else None,
+        comm_overlap_pct=s.comm_overlap_pct,
+        ops=[
+            TraceOpDoc(
+                name=o.name, kind=o.kind, count=o.count, total_us=o.total_us, per_step_us=o.total_us / steps
+            )
+            for o in s.ops
+        ],
+    )
+
+
+def diff_document(base_path: Path, head_path: Path, base: TraceSummary, head: TraceSummary) -> TraceDiffDoc:
+    from perfcheck.core.trace import diff_times
+    from perfcheck.schema import TraceChangeDoc, TraceDiffDoc
+
+    changes = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
+    return TraceDiffDoc(
+        base=summary_document(base_path, base),
+        head=summary_document(head_path, head),
+        changes=[
+            TraceChangeDoc(
+                status=c.status,  # type: ignore[arg-type]
+                name=c.name,
+                base_us=c.base_us,
+                head_us=c.head_us,
+                delta_us=c.delta_us,
+            )
+            for c in changes
+        ],
+    )
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
-    from perfcheck.core.trace import TraceError
+    from perfcheck.core.trace import StepError, TraceError
 
     try:
-        summary = _load(args.file, args.hta_rounding)
-    except TraceError as err:
+        summary = _load(args.file, args.hta_rounding, args.steps)
+    except (TraceError, StepError) as err:
         print(f"perfcheck trace: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(render_summary(args.file, summary, args.top))
+    if args.json:
+        print(summary_document(args.file, summary).model_dump_json(indent=1))
+    else:
+        print(render_summary(args.file, summary, args.top))
     return 0
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from perfcheck.core.trace import TraceError
+    from perfcheck.core.trace import StepError, TraceError
 
     try:
-        base = _load(args.base, args.hta_rounding)
-        head = _load(args.head, args.hta_rounding)
-    except TraceError as err:
+        base = _load(args.base, args.hta_rounding, args.base_steps or args.steps)
+        head = _load(args.head, args.hta_rounding, args.head_steps or args.steps)
+    except (TraceError, StepError) as err:
         print(f"perfcheck trace: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    print(render_diff(args.base, args.head, base, head, args.top))
+    if args.json:
+        print(diff_document(args.base, args.head, base, head).model_dump_json(indent=1))
+    else:
+        print(render_diff(args.base, args.head, base, head, args.top))
     return 0
+
+
+STEPS_HELP = (
+    "the ProfilerSteps to analyse: all, last, N, N-M or a comma list, by the N of ProfilerStep#N "
+    "(default: every step but the last, as HTA does)"
+)
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=positive, default=20, help="rows to show (default %(default)s)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON document instead of the table: every row, not just --top (its schema: "
+        "`perfcheck schema trace-summary` / `trace-diff`)",
+    )
+    parser.add_argument("--steps", help=STEPS_HELP)
     parser.add_argument(
         "--hta-rounding",
         action="store_true",
@@ -205,4 +285,9 @@ def add_trace_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPar
     diff.add_argument("base", type=Path, help="the base trace")
     diff.add_argument("head", type=Path, help="the head trace")
     _common(diff)
+    diff.add_argument(
+        "--base-steps",
+        help="--steps for the base trace only (two steps of one file: give it as both BASE and HEAD)",
+    )
+    diff.add_argument("--head-steps", help="--steps for the head trace only")
     diff.set_defaults(func=_cmd_diff)

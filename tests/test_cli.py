@@ -76,7 +76,7 @@ def test_bad_config_names_file_key_and_expectation(tmp_path: Path) -> None:
     done = perfcheck("review", "--base", str(tree), "--head", str(tree), "--out", str(tmp_path / "out"))
     assert done.returncode == 2
     assert str(tree / "perfcheck.yml") in done.stderr
-    assert "workloads[0].train" in done.stderr and "boolean" in done.stderr
+    assert "workloads[0].train" in done.stderr and "true or false" in done.stderr
     assert "Traceback" not in done.stderr
 
 

@@ -25,7 +25,7 @@ def result(side: Side, kernels: dict[str, float], kind: Kind = "cpu_op", **extra
 
 def config(**profile: object) -> Config:
     lines = "".join(f"\n  {k}: {v}" for k, v in profile.items())
-    return parse_config(f"profile:{lines}" if lines else "", "test.yml")
+    return parse_config(f"profile:{lines}", "test.yml") if lines else Config()
 
 
 def compare(

@@ -25,6 +25,7 @@ from perfcheck.core.trace import (
     structural,
     summarize,
 )
+from perfcheck.schema import TraceDiffDoc
 from perfcheck.trace_cli import add_trace_parser
 
 GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
@@ -330,7 +331,7 @@ def test_cli_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     path = write_trace(tmp_path / "gpu.json.gz", GPU_EVENTS)
     assert run_cli(["trace", "summary", str(path)]) == 0
     out = capsys.readouterr().out
-    assert "2 profiler steps analysed (the last of 3 dropped) · GPU kernels" in out
+    assert "2 profiler steps analysed (1, 2; the last of 3 dropped, as HTA does) · GPU kernels" in out
     assert "idle 35.71 · compute 50.00 · non-compute 14.29" in out
     assert "communication hidden behind compute: 66.67 %" in out
     rows = [line.split() for line in out.splitlines() if line.startswith(("gemm_kernel", "ncclDev"))]
@@ -371,3 +372,104 @@ def test_cli_help(command: list[str], capsys: pytest.CaptureFixture[str]) -> Non
         run_cli(["trace", *command, "--help"])
     assert done.value.code == 0
     assert "HolisticTraceAnalysis" in capsys.readouterr().out
+
+
+# -- issue 19: steps a diff can choose, and documents a script can read --------------------------
+
+
+def _profiled_steps(path: Path, planted_step: int) -> Path:
+    """A real torch.profiler trace of ProfilerStep#1..#3 of a small model; step ``planted_step``
+    also runs a sigmoid, the change a diff of two steps must find."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU())
+    x = torch.randn(8, 16)
+    # Step 0 warms up; ProfilerStep#1..#3 are recorded.
+    with profile(
+        activities=[ProfilerActivity.CPU], schedule=schedule(wait=0, warmup=1, active=3, repeat=1)
+    ) as prof:
+        for step in range(5):
+            y = model(x)
+            if step == planted_step:
+                y = torch.sigmoid(y)
+            prof.step()
+    prof.export_chrome_trace(str(path))
+    return path
+
+
+def test_a_diff_of_two_steps_of_one_trace_finds_the_change_planted_in_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _profiled_steps(tmp_path / "steps.json", planted_step=2)
+    ids = summarize(trace, steps="all").analysed
+    assert len(ids) == 3
+    first, planted = ids[0], ids[1]
+    # By default the last step is dropped and both sides are the same file: nothing differs.
+    assert run_cli(["trace", "diff", str(trace), str(trace), "--json"]) == 0
+    same = TraceDiffDoc.model_validate_json(capsys.readouterr().out)
+    assert same.changes == [] and same.base.steps == [first, planted]
+    code = run_cli(
+        [
+            "trace",
+            "diff",
+            str(trace),
+            str(trace),
+            "--base-steps",
+            str(first),
+            "--head-steps",
+            str(planted),
+            "--json",
+        ]
+    )
+    assert code == 0
+    doc = TraceDiffDoc.model_validate_json(capsys.readouterr().out)
+    assert doc.base.steps == [first] and doc.head.steps == [planted] and doc.head.steps_chosen
+    added = [c.name for c in doc.changes if c.status == "added"]
+    assert "aten::sigmoid" in added
+    # The table says which steps it analysed.
+    assert (
+        run_cli(
+            [
+                "trace",
+                "diff",
+                str(trace),
+                str(trace),
+                "--base-steps",
+                str(first),
+                "--head-steps",
+                str(planted),
+            ]
+        )
+        == 0
+    )
+    text = capsys.readouterr().out
+    assert f"profiler step {planted} analysed (--steps)" in text and "aten::sigmoid" in text
+
+
+def test_trace_json_documents_validate_against_the_printed_schema(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import jsonschema
+
+    from perfcheck.cli import main
+
+    trace = _profiled_steps(tmp_path / "steps.json", planted_step=2)
+    for argv, document in (
+        (["trace", "summary", str(trace), "--json"], "trace-summary"),
+        (["trace", "diff", str(trace), str(trace), "--steps", "all", "--json"], "trace-diff"),
+    ):
+        assert main(argv) == 0
+        data = json.loads(capsys.readouterr().out)
+        assert main(["schema", document]) == 0
+        jsonschema.validate(data, json.loads(capsys.readouterr().out))
+        assert data["kind"] == document
+
+
+def test_a_step_the_trace_does_not_have_is_bad_input(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trace = _profiled_steps(tmp_path / "steps.json", planted_step=2)
+    assert run_cli(["trace", "summary", str(trace), "--steps", "99"]) == 2
+    assert "no such ProfilerStep; the trace has" in capsys.readouterr().err
+    assert run_cli(["trace", "summary", str(trace), "--steps", "two"]) == 2

@@ -10,7 +10,15 @@ from perfcheck.core.trace.event import Event
 from perfcheck.core.trace.kinds import Kind, kernel_kind
 from perfcheck.core.trace.names import short_name
 from perfcheck.core.trace.reader import TraceError, iter_events
-from perfcheck.core.trace.summary import Breakdown, OpTotal, TraceSummary, summarize, summarize_events
+from perfcheck.core.trace.summary import (
+    Breakdown,
+    OpTotal,
+    StepError,
+    TraceSummary,
+    parse_steps,
+    summarize,
+    summarize_events,
+)
 
 __all__ = [
     "Breakdown",
@@ -18,11 +26,13 @@ __all__ = [
     "Event",
     "Kind",
     "OpTotal",
+    "StepError",
     "TraceError",
     "TraceSummary",
     "diff_times",
     "iter_events",
     "kernel_kind",
+    "parse_steps",
     "short_name",
     "structural",
     "summarize",

@@ -76,6 +76,8 @@ class TraceSummary:
     events: int  # events with a duration (complete events): what the analyses read
     steps: int = 0  # ProfilerSteps analysed
     last_step_dropped: bool = False
+    analysed: tuple[int, ...] = ()  # the N of each ProfilerStep#N analysed (empty: no steps in the trace)
+    chosen: bool = False  # the steps were chosen (--steps), not HTA's default
     kernels: tuple[OpTotal, ...] = ()  # GPU activity, by total time, largest first
     cpu_ops: tuple[OpTotal, ...] = ()  # CPU ops by self time, largest first
     breakdown: Breakdown | None = None
@@ -114,7 +116,9 @@ class _Columns:
     cpu_ts: array[float] = field(default_factory=lambda: array("d"))
     cpu_dur: array[float] = field(default_factory=lambda: array("d"))
     step_ts: array[float] = field(default_factory=lambda: array("d"))
+    step_end: array[float] = field(default_factory=lambda: array("d"))
     step_names: set[str] = field(default_factory=set)
+    step_ids: list[int] = field(default_factory=list)  # N of each ProfilerStep#N, in step_ts order
     events: int = 0
     hta_rounding: bool = False
 
@@ -156,7 +160,10 @@ class _Columns:
             self.cpu_dur.append(dur)
         if STEP_MARK in name:
             self.step_ts.append(ts)
+            self.step_end.append(ts + dur)
             self.step_names.add(name)
+            number = name.rpartition("#")[2]
+            self.step_ids.append(int(number) if number.isdigit() else len(self.step_ids))
 
 
 def _totals(
@@ -195,6 +202,54 @@ def _breakdown(spans: list[Interval], kinds: list[str]) -> tuple[Breakdown, floa
     return breakdown, overlap
 
 
+class StepError(ValueError):
+    """A --steps choice the trace cannot meet; the message names the steps it has."""
+
+
+def parse_steps(text: str) -> tuple[str, frozenset[int]]:
+    """``all``, ``last``, ``N``, ``N-M`` or a comma list of those: ("all"|"last"|"ids", ids)."""
+    text = text.strip().lower()
+    if text in ("all", "last"):
+        return text, frozenset()
+    ids: set[int] = set()
+    for part in text.split(","):
+        lo, sep, hi = part.strip().partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+            raise StepError(f"--steps: expected all, last, N, N-M or a comma list of them; got {text!r}")
+        ids.update(range(int(lo), int(hi) + 1) if sep else {int(lo)})
+    return "ids", frozenset(ids)
+
+
+def _chosen(c: _Columns, choice: str) -> tuple[list[int], list[int], tuple[int, ...]]:
+    """Activities and ops launched inside the chosen ProfilerSteps, and those steps' numbers."""
+    how, ids = parse_steps(choice)
+    order = sorted(range(len(c.step_ts)), key=lambda i: c.step_ts[i])
+    if not order:
+        raise StepError("--steps: this trace has no ProfilerStep marks to choose from")
+    if how == "all":
+        picked = order
+    elif how == "last":
+        picked = order[-1:]
+    else:
+        picked = [i for i in order if c.step_ids[i] in ids]
+        if not picked:
+            have = ", ".join(str(c.step_ids[i]) for i in order)
+            raise StepError(f"--steps {choice}: no such ProfilerStep; the trace has {have}")
+    windows = [(c.step_ts[i], c.step_end[i]) for i in picked]
+
+    def inside(ts: float) -> bool:
+        return any(lo <= ts < hi for lo, hi in windows)
+
+    launched = {corr for corr, ts in zip(c.launch_corr, c.launch_ts, strict=True) if inside(ts)}
+    gpu = [
+        i
+        for i in range(len(c.gpu_ts))
+        if (c.gpu_corr[i] in launched if c.gpu_corr[i] >= 0 else inside(c.gpu_ts[i]))
+    ]
+    cpu = [i for i in range(len(c.cpu_ts)) if inside(c.cpu_ts[i])]
+    return gpu, cpu, tuple(c.step_ids[i] for i in picked)
+
+
 def _kept(c: _Columns) -> tuple[list[int], list[int], int, bool]:
     """The GPU activities and CPU ops analysed (indices), the steps analysed, and whether the last
     step was dropped. HTA drops a step only when there are at least two distinct ones."""
@@ -209,9 +264,15 @@ def _kept(c: _Columns) -> tuple[list[int], list[int], int, bool]:
     return gpu, cpu, sum(1 for ts in c.step_ts if ts < cutoff), True
 
 
-def _summary(c: _Columns) -> TraceSummary:
+def _summary(c: _Columns, steps_choice: str | None = None) -> TraceSummary:
     names = list(c.names)
-    gpu, cpu, steps, dropped = _kept(c)
+    order = sorted(range(len(c.step_ts)), key=lambda i: c.step_ts[i])
+    if steps_choice is None:
+        gpu, cpu, steps, dropped = _kept(c)
+        analysed = tuple(c.step_ids[i] for i in (order[:-1] if dropped else order))
+    else:
+        gpu, cpu, analysed = _chosen(c, steps_choice)
+        steps, dropped = len(analysed), False
     kernels = _totals(gpu, c.gpu_name, c.gpu_dur, names, c.kinds)
     breakdown, overlap = None, None
     if kernels:
@@ -223,6 +284,8 @@ def _summary(c: _Columns) -> TraceSummary:
         events=c.events,
         steps=steps,
         last_step_dropped=dropped,
+        analysed=analysed,
+        chosen=steps_choice is not None,
         kernels=kernels,
         cpu_ops=cpu_ops,
         breakdown=breakdown,
@@ -230,17 +293,23 @@ def _summary(c: _Columns) -> TraceSummary:
     )
 
 
-def summarize_events(events: Iterable[Event], hta_rounding: bool = False) -> TraceSummary:
+def summarize_events(
+    events: Iterable[Event], hta_rounding: bool = False, steps: str | None = None
+) -> TraceSummary:
     """The summary of a trace given as events (pure; ``summarize`` streams them from a file).
 
     ``hta_rounding`` reproduces HTA 0.5's rounding of nanosecond timestamps to whole microseconds,
-    for figures that match HTA's to the last digit; exact times are the default."""
+    for figures that match HTA's to the last digit; exact times are the default. ``steps`` chooses
+    the ProfilerSteps analysed (``parse_steps``); None: HTA's default, every step but the last."""
     columns = _Columns(hta_rounding=hta_rounding)
     for ev in events:
         columns.add(ev)
-    return _summary(columns)
+    return _summary(columns, steps)
 
 
-def summarize(path: Path, hta_rounding: bool = False) -> TraceSummary:
-    """Stream the trace at ``path`` once and summarise it; raises TraceError for a bad file."""
-    return summarize_events(iter_events(path, timed_only=True), hta_rounding)
+def summarize(path: Path, hta_rounding: bool = False, steps: str | None = None) -> TraceSummary:
+    """Stream the trace at ``path`` once and summarise it; raises TraceError for a bad file,
+    StepError for steps it does not have."""
+    if steps is not None:
+        parse_steps(steps)  # a bad choice is refused before the file is read
+    return summarize_events(iter_events(path, timed_only=True), hta_rounding, steps)
