@@ -35,7 +35,17 @@ def _recompile(f: Finding) -> str:
 
 def _ir(f: Finding) -> str:
     reading = f.evidence.get("reading")
-    return "the exported graph's change" + (f" ({reading})" if reading else "")
+    if reading:
+        return f"the exported graph's change ({reading})"
+    ops = f.evidence.get("op_diff")
+    if isinstance(ops, dict) and ops:
+        # The op names without the aten. prefix and overload: "relu → gelu" reads at a glance.
+        short = {str(op).removeprefix("aten.").removesuffix(".default"): v for op, v in ops.items()}
+        gone = [op for op, (b, h) in short.items() if h < b]
+        new = [op for op, (b, h) in short.items() if h > b]
+        if gone and new and len(gone) + len(new) <= 4:
+            return f"the exported graph's change ({', '.join(gone)} → {', '.join(new)})"
+    return "the exported graph's change"
 
 
 def _amp(f: Finding) -> str:

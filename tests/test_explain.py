@@ -54,3 +54,11 @@ def test_many_causes_are_counted_not_all_spelled_out() -> None:
     ]
     [*_, slow] = explain([*breaks, _finding("compile_latency_regression", message="cold compile 3 → 5 s")])
     assert slow.message.endswith("; and 2 more") and len(slow.evidence["explained_by"].splitlines()) == 5
+
+
+def test_an_ir_change_without_a_reading_is_named_by_its_ops() -> None:
+    ir = _finding(
+        "export_ir_changed", evidence={"op_diff": {"aten.gelu.default": [0, 1], "aten.relu.default": [1, 0]}}
+    )
+    [_, read] = explain([ir, _finding("throughput_regression", message="step time +40 %")])
+    assert read.message == "step time +40 %; likely from the exported graph's change (relu → gelu)"
