@@ -80,9 +80,19 @@ def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> 
             f.write(render_job_summary(review, templates, matrix=merged(config.matrix)) + "\n")
 
 
+def _exit_code(review: Any, hint: str = "") -> int:
+    """The verdict's exit code; 2 when a workload's own build fails on both sides (bad setup)."""
+    from perfcheck.review import EXIT_CODES, broken_workloads
+
+    broken = broken_workloads(review)
+    for why in broken:
+        print(f"perfcheck: {why}{hint}", file=sys.stderr)
+    return EXIT_BAD_INPUT if broken else EXIT_CODES[review.verdict]
+
+
 def _cmd_review(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError
-    from perfcheck.review import EXIT_CODES, UsageError, broken_workloads, run
+    from perfcheck.review import UsageError, run
 
     try:
         request = _request(args)
@@ -97,10 +107,7 @@ def _cmd_review(args: argparse.Namespace) -> int:
         f"{args.out / 'report.html'}",
         file=sys.stderr,
     )
-    broken = broken_workloads(review)
-    for why in broken:
-        print(f"perfcheck: {why} (see {args.out / 'probes'} for each probe's log)", file=sys.stderr)
-    return EXIT_BAD_INPUT if broken else EXIT_CODES[review.verdict]
+    return _exit_code(review, f" (see {args.out / 'probes'} for each probe's log)")
 
 
 def _cmd_probe(args: argparse.Namespace) -> int:
@@ -138,10 +145,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError, review_config
     from perfcheck.core.history import HistoryError
     from perfcheck.review import (
-        EXIT_CODES,
         ShardError,
         UsageError,
-        broken_workloads,
         config_of_runs,
         expected_results,
         follow_up_results,
@@ -171,10 +176,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         f"{args.out / 'comment.md'} and {args.out / 'report.html'}",
         file=sys.stderr,
     )
-    broken = broken_workloads(review)
-    for why in broken:
-        print(f"perfcheck: {why}", file=sys.stderr)
-    return EXIT_BAD_INPUT if broken else EXIT_CODES[review.verdict]
+    return _exit_code(review)
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:

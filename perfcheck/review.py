@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -267,7 +268,7 @@ def merge_shards(runs: list[tuple[str, ProbeRun]]) -> tuple[list[WorkloadReview]
 def check_complete(
     workloads: list[WorkloadReview],
     expected: set[tuple[str, str, str]],
-    may_add: set[tuple[str, str, str]] = frozenset(),  # type: ignore[assignment]
+    may_add: AbstractSet[tuple[str, str, str]] = frozenset(),
 ) -> None:
     """ShardError unless the results hold exactly one of each (workload, probe, side) expected.
 
@@ -280,11 +281,12 @@ def check_complete(
     repeated = sorted({k for k in found if found.count(k) > 1})
     # A follow-up probe (custom_ops, once export saw a custom op) may be there, on both sides or
     # neither: it adds findings and can stand in for nothing that was asked for.
-    added = {k for k in set(found) & may_add}
+    present = set(found)
+    added = present & may_add
     halves = {(w, p) for w, p, _ in added}
-    lopsided = sorted(k for k in may_add if (k[0], k[1]) in halves and k not in added)
-    missing = sorted(expected - set(found)) + lopsided
-    extra = sorted(set(found) - expected - may_add)
+    lopsided = sorted(k for k in may_add - added if (k[0], k[1]) in halves)
+    missing = sorted(expected - present) + lopsided
+    extra = sorted(present - expected - may_add)
 
     def show(keys: list[tuple[str, str, str]]) -> str:
         listed = ", ".join(f"{w}/{p}/{s}" for w, p, s in keys[:8])

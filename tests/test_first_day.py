@@ -331,21 +331,8 @@ def test_keyword_inputs_and_second_inputs_reach_every_probe(tmp_path: Path) -> N
     assert gb["location"]["path"] == "model.py" and gb["location"]["code"] == 'print("step")'
 
 
-SRC_MODEL = """\
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc = nn.Linear(8, 4)
-
-    def forward(self, x):
-        h = self.fc(x)
-        {change}
-        return torch.relu(h)
-"""
+# The same model as a package module: no build() (the workload file outside the tree has it).
+SRC_MODEL = BREAK_FREE.partition("\n\ndef build")[0] + "\n"
 
 OUTSIDE_WORKLOAD = """\
 import torch

@@ -8,7 +8,7 @@ from collections import Counter
 
 from perfcheck.config import Config
 from perfcheck.core import deltas
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, status_cell
 from perfcheck.schema import (
     CompileMetrics,
     Finding,
@@ -64,8 +64,9 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
     for category, severity, breaks, delta, verb in changes:
         shown: set[tuple[str, str, str]] = set()
         for gb in breaks:
-            if delta[_break_key(gb)] and _break_key(gb) not in shown:
-                shown.add(_break_key(gb))
+            key = _break_key(gb)
+            if delta[key] and key not in shown:
+                shown.add(key)
                 out.append(
                     Finding(
                         category=category,
@@ -77,7 +78,7 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
                         evidence={
                             "break_type": gb.break_type,
                             "reason": gb.reason,
-                            "count": delta[_break_key(gb)],
+                            "count": delta[key],
                             "graphs": graphs,
                         },
                     )
@@ -210,16 +211,7 @@ def _compile_failed(wl: str, base: ProbeResult, head: ProbeResult) -> Finding | 
     h = head.compile
     if head.status != "failed" or h is None:
         return None
-    also = base.status == "failed"
-    return Finding(
-        category="compile_failed",
-        severity="warning" if also else "error",
-        workload=wl,
-        probe="compile",
-        location=h.error_location,
-        message=f"torch.compile fails{' (as on base)' if also else ''}: {h.error_type}",
-        evidence={"error_type": h.error_type or "", "error": (h.error_message or "")[:2000]},
-    )
+    return rejected_finding("compile_failed", wl, "compile", "torch.compile", h, base)
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding
 from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
 
 MAX_DIFF_LINES = 120
@@ -97,18 +97,7 @@ def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Conf
             )
         )
     if head.status == "failed":
-        base_failed = base.status == "failed"
-        out.append(
-            Finding(
-                category="export_failed",
-                severity="warning" if base_failed else "error",
-                workload=wl,
-                probe="export",
-                location=h.error_location,
-                message=f"torch.export fails{' (as on base)' if base_failed else ''}: {h.error_type}",
-                evidence={"error_type": h.error_type, "error": (h.error_message or "")[:2000]},
-            )
-        )
+        out.append(rejected_finding("export_failed", wl, "export", "torch.export", h, base))
         return out
     base_denied = set(b.denied_ops) if b is not None else set()
     for op in h.denied_ops:

@@ -85,6 +85,24 @@ class ProbeKind:
         return section if section is not None else self.settings()
 
 
+def rejected_finding(
+    category: str, wl: str, probe: str, what: str, metrics: Any, base: ProbeResult
+) -> Finding:
+    """torch (``what``: torch.compile, torch.export) refusing the head's code: the error and the
+    user's frame, ``metrics`` carrying ``error_type``/``error_message``/``error_location``; old
+    news (a warning) when base fails too."""
+    also = base.status == "failed"
+    return Finding(
+        category=category,
+        severity="warning" if also else "error",
+        workload=wl,
+        probe=probe,
+        location=metrics.error_location,
+        message=f"{what} fails{' (as on base)' if also else ''}: {metrics.error_type}",
+        evidence={"error_type": metrics.error_type or "", "error": (metrics.error_message or "")[:2000]},
+    )
+
+
 def status_cell(r: ProbeResult | None) -> str | None:
     """A table cell for a probe that did not finish ("crashed", "—" when it did not run), or None."""
     if r is None:
