@@ -241,7 +241,7 @@ WEIRD = [
 def test_streaming_is_exact_whatever_the_chunk(tmp_path: Path, chunk: int) -> None:
     path = write_trace(tmp_path / "weird.json.gz", WEIRD, distributedInfo={"rank": 0})
     whole = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
-    streamed = list(iter_events(path, chunk_chars=chunk))
+    streamed = list(iter_events(path, chunk_bytes=chunk))
     assert [(e.name, e.ts, e.dur, e.stream, e.correlation) for e in streamed] == [
         (
             e["name"],

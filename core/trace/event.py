@@ -1,27 +1,47 @@
-"""One trace event, reduced to the fields the analyses read."""
+"""One trace event, reduced to the fields the analyses read.
+
+``Event`` is a msgspec Struct so that the reader can decode a window of the trace straight into
+these fields: msgspec skips every other key of an event (Kineto's ``args`` carry input shapes,
+call stacks, ids) without building a Python object for it, which is most of what a generic JSON
+decoder spends its time on. ``to_event`` builds the same Struct from an already decoded object,
+for the rare windows whose values do not fit these types.
+"""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
+
+import msgspec
 
 
-class Event(NamedTuple):
+class Args(msgspec.Struct, gc=False):
+    """The two ``args`` of a GPU activity that the analyses use."""
+
+    stream: int | None = None  # set on GPU activity (kernels, memcpy, memset)
+    correlation: int | None = None  # links a GPU activity to the CPU call that launched it
+
+
+# gc=False: events never reference each other, and untracked objects keep the cyclic garbage
+# collector from re-scanning every live event of a window as they are allocated.
+class Event(msgspec.Struct, gc=False):
     """The fields of one trace event that the analyses need."""
 
-    ph: str
-    cat: str | None
-    name: str
-    ts: float | None
-    dur: float | None
-    pid: Any
-    tid: Any
-    stream: int | None  # args.stream: set on GPU activity (kernels, memcpy, memset)
-    correlation: int | None  # args.correlation: links a GPU activity to the CPU call that launched it
+    ph: str = ""
+    cat: str | None = None
+    name: str = ""
+    ts: float | None = None
+    dur: float | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    args: Args | None = None
 
+    @property
+    def stream(self) -> int | None:
+        return self.args.stream if self.args is not None else None
 
-# The C constructor of tuples: a NamedTuple's own __new__ is a Python function, which costs more
-# than the rest of to_event put together.
-_new_tuple = tuple.__new__
+    @property
+    def correlation(self) -> int | None:
+        return self.args.correlation if self.args is not None else None
 
 
 def _number(value: Any) -> float | None:
@@ -47,29 +67,30 @@ def _integer(value: Any) -> int | None:
     return None
 
 
+def _ident(value: Any) -> int | str | None:
+    # A process or thread id is a key, never a number to compute with: anything unusual is kept
+    # as its text so that it still tells threads apart.
+    if value is None or value.__class__ in (int, str):
+        return value
+    return repr(value)
+
+
 def to_event(raw: dict[str, Any]) -> Event:
-    """The fields of one decoded event object. Runs once per event of a large trace, so it avoids
-    anything it can."""
+    """The fields of one decoded event object, whatever their JSON types: a time that is not a
+    number is absent, a name that is not a string is its text."""
     get = raw.get
     args = get("args")
-    stream = correlation = None
+    fields = None
     if args.__class__ is dict:
-        stream, correlation = args.get("stream"), args.get("correlation")
-        if stream is not None and stream.__class__ is not int:
-            stream = _integer(stream)
-        if correlation is not None and correlation.__class__ is not int:
-            correlation = _integer(correlation)
-    cat, name = get("cat"), get("name", "")
-    ts, dur = get("ts"), get("dur")
-    fields = (
-        get("ph", ""),
-        cat if cat.__class__ is str else None,
-        name if name.__class__ is str else str(name),
-        ts if ts.__class__ is float else _number(ts),
-        dur if dur.__class__ is float else _number(dur),
-        get("pid"),
-        get("tid"),
-        stream,
-        correlation,
+        fields = Args(_integer(args.get("stream")), _integer(args.get("correlation")))
+    ph, cat, name = get("ph", ""), get("cat"), get("name", "")
+    return Event(
+        ph=ph if ph.__class__ is str else str(ph),
+        cat=cat if cat.__class__ is str else None,
+        name=name if name.__class__ is str else str(name),
+        ts=_number(get("ts")),
+        dur=_number(get("dur")),
+        pid=_ident(get("pid")),
+        tid=_ident(get("tid")),
+        args=fields,
     )
-    return _new_tuple(Event, fields)

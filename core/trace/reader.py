@@ -1,30 +1,40 @@
 """A streaming reader of Kineto (PyTorch profiler) chrome traces, plain ``.json`` or ``.json.gz``.
 
-Traces of real training runs reach gigabytes, so the file is never loaded whole: the text is read
-in chunks of CHUNK_CHARS through a sliding window, and the events of the ``traceEvents`` array are
-decoded by the C JSON decoder a window at a time (one event at a time where a window cannot be
-cut cleanly), each reduced at once to the fields the analyses use. Memory stays at a window of
-text and the events decoded from it, whatever the size of the file.
+Traces of real training runs reach gigabytes, so the file is never loaded whole: its bytes are
+read in chunks of CHUNK_BYTES through a sliding window, and the events of the ``traceEvents``
+array are decoded a window at a time, by msgspec straight into ``Event`` (only the fields the
+analyses use: the rest of each event is skipped, never built as Python objects). Memory stays at
+a window of bytes and the events decoded from it, whatever the size of the file.
+
+What does not fit that fast path is still read exactly: a window whose values have other types
+(a name that is a number, a stream written as a string) is decoded generically and converted
+event by event; a value that cannot be cut out of a window (a huge event, metadata before the
+events) goes through the standard library's incremental decoder.
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import re
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
+
+import msgspec
 
 from perfcheck.core.trace.event import Event, to_event
 
-CHUNK_CHARS = 1 << 16
+CHUNK_BYTES = 1 << 16
 # A single event (or top-level value other than traceEvents) larger than this is not a trace
 # we can read incrementally; refusing it keeps a corrupt file from being buffered whole.
-MAX_VALUE_CHARS = 64 << 20
+MAX_VALUE_BYTES = 64 << 20
 
-_WHITESPACE = re.compile(r"[ \t\n\r]*")
+_WHITESPACE = re.compile(rb"[ \t\n\r]*")
+_EVENTS = msgspec.json.Decoder(list[Event])
+_ANY = msgspec.json.Decoder()
 _DECODER = json.JSONDecoder()
 
 
@@ -32,18 +42,28 @@ class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and says what is wrong."""
 
 
-class _Text:
-    """A sliding window over a text stream: the unread part of the current chunk, refilled on demand."""
+def _text_prefix(data: bytes) -> str:
+    """``data`` as text, less a UTF-8 sequence that the window's edge cut in two."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        if err.reason != "unexpected end of data":
+            raise  # not a cut sequence: the bytes are not UTF-8
+        return data[: err.start].decode("utf-8")
 
-    def __init__(self, stream: IO[str], chunk_chars: int) -> None:
+
+class _Window:
+    """A sliding window over a byte stream: the unread part of the current chunk, refilled on demand."""
+
+    def __init__(self, stream: io.BufferedIOBase, chunk_bytes: int) -> None:
         self._stream = stream
-        self._chunk = chunk_chars
-        self.buf = ""
+        self._chunk = chunk_bytes
+        self.buf = b""
         self.pos = 0
         self.eof = False
 
-    def more(self) -> None:
-        data = self._stream.read(self._chunk)
+    def more(self, at_least: int = 0) -> None:
+        data = self._stream.read(max(self._chunk, at_least))
         if not data:
             self.eof = True
             return
@@ -51,116 +71,149 @@ class _Text:
         self.buf = self.buf[self.pos :] + data
         self.pos = 0
 
-    def peek(self) -> str:
-        """The next character that is not whitespace, without consuming it; '' at the end."""
+    def peek(self) -> bytes:
+        """The next byte that is not whitespace, without consuming it; b'' at the end."""
         while True:
             self.pos = _WHITESPACE.match(self.buf, self.pos).end()  # type: ignore[union-attr]
             if self.pos < len(self.buf) or self.eof:
-                return self.buf[self.pos] if self.pos < len(self.buf) else ""
+                return self.buf[self.pos : self.pos + 1]
             self.more()
 
-    def take(self, expected: str) -> None:
+    def take(self, expected: bytes) -> None:
         got = self.peek()
         if got != expected:
-            shown = repr(got) if got else "the end of the file"
-            raise ValueError(f"expected {expected!r}, found {shown}")
+            shown = repr(chr(got[0])) if got else "the end of the file"
+            raise ValueError(f"expected {chr(expected[0])!r}, found {shown}")
         self.pos += 1
 
     def value(self) -> Any:
-        """Decode the next JSON value, reading more text while it runs past the window."""
+        """Decode the next JSON value, reading more while it runs past the window.
+
+        The standard library's incremental decoder reads text, so a slice of the window is
+        converted first: a small one, doubled while the value runs past it, so that decoding many
+        small values one by one costs their size, not a window each.
+        """
         self.peek()
+        size = 4096
         while True:
+            available = len(self.buf) - self.pos
+            whole = size >= available  # the slice reaches the end of what has been read
+            text = _text_prefix(self.buf[self.pos : self.pos + size])
             try:
-                obj, end = _DECODER.raw_decode(self.buf, self.pos)
+                obj, end = _DECODER.raw_decode(text)
+                # A number that ends exactly at the slice's edge may continue after it.
+                if end < len(text) or (whole and self.eof):
+                    self.pos += len(text[:end].encode("utf-8"))
+                    return obj
             except json.JSONDecodeError as err:
-                if self.eof or len(self.buf) - self.pos > MAX_VALUE_CHARS:
+                if whole and (self.eof or available > MAX_VALUE_BYTES):
                     raise ValueError(f"invalid JSON ({err.msg})") from None
-                self.more()
-                continue
-            # A number that ends exactly at the window's edge may continue in the next chunk.
-            if end < len(self.buf) or self.eof:
-                self.pos = end
-                return obj
-            self.more()
+            if whole:
+                self.more(available)  # at least doubles the window
+            size *= 2
 
-    def batch(self) -> list[Any] | None:
-        """The values from here to the last whole event in the window, decoded in one call.
+    def batch(self) -> list[Event] | None:
+        """The events from here to the last whole event in the window, decoded in one call.
 
-        Per-event decoding pays a Python round trip per event; one ``json.loads`` over a window of
-        them runs at the C decoder's speed. The window is cut after a ``},``: if that cut falls
-        inside a string or a nested value, the slice is not valid JSON and an earlier cut is tried,
-        so a successful decode always ends on an event boundary. None: decode one by one.
+        The window is cut after a ``},``: if that cut falls inside a string or a nested value,
+        the slice is not valid JSON and an earlier cut is tried, so a successful decode always
+        ends on an event boundary. None: decode one value at a time.
         """
         if len(self.buf) - self.pos < self._chunk // 2 and not self.eof:
             self.more()
         end = len(self.buf)
         for _ in range(3):
-            cut = self.buf.rfind("},", self.pos, end)
+            cut = self.buf.rfind(b"},", self.pos, end)
             if cut < 0:
                 return None
-            try:
-                values = json.loads(f"[{self.buf[self.pos : cut + 1]}]")
-            except json.JSONDecodeError:
+            doc = b"[" + self.buf[self.pos : cut + 1] + b"]"
+            events = _decode_events(doc)
+            if events is None:
                 end = cut
                 continue
             self.pos = cut + 1
-            return values
+            return events
         return None
 
 
-def _array(text: _Text, timed_only: bool) -> Iterator[Event]:
-    text.take("[")
-    if text.peek() == "]":
+def _decode_events(doc: bytes) -> list[Event] | None:
+    """The events of a JSON array; None if ``doc`` is not valid JSON."""
+    try:
+        return _EVENTS.decode(doc)
+    except msgspec.ValidationError:
+        pass  # values of other types than Event's, or invalid JSON past the one that failed
+    except msgspec.DecodeError:
+        return None
+    try:
+        values = _ANY.decode(doc)
+    except msgspec.DecodeError:
+        return None
+    return [to_event(raw) for raw in values if raw.__class__ is dict]
+
+
+def _array(window: _Window) -> Iterator[list[Event]]:
+    window.take(b"[")
+    if window.peek() == b"]":
         return
     while True:
-        values = text.batch() if text.peek() == "{" else None
-        for raw in values if values is not None else (text.value(),):
-            if raw.__class__ is dict and (not timed_only or "dur" in raw):
-                yield to_event(raw)
-        if text.peek() == "]":
+        events = window.batch() if window.peek() == b"{" else None
+        if events is None:
+            raw = window.value()
+            events = [to_event(raw)] if raw.__class__ is dict else []
+        yield events
+        if window.peek() == b"]":
             return
-        text.take(",")
+        window.take(b",")
 
 
-def _events(text: _Text, timed_only: bool) -> Iterator[Event]:
+def _batches(window: _Window) -> Iterator[list[Event]]:
     # The chrome trace format also allows a bare array of events; Kineto writes the object form.
-    if text.peek() == "[":
-        yield from _array(text, timed_only)
+    if window.peek() == b"[":
+        yield from _array(window)
         return
-    text.take("{")
-    if text.peek() == "}":
+    window.take(b"{")
+    if window.peek() == b"}":
         raise ValueError("no traceEvents array")
     while True:
-        key = text.value()
-        text.take(":")
+        key = window.value()
+        window.take(b":")
         if key == "traceEvents":
-            yield from _array(text, timed_only)
+            yield from _array(window)
             return
-        text.value()  # metadata beside the events (deviceProperties, distributedInfo, ...)
-        if text.peek() == "}":
+        window.value()  # metadata beside the events (deviceProperties, distributedInfo, ...)
+        if window.peek() == b"}":
             raise ValueError("no traceEvents array")
-        text.take(",")
+        window.take(b",")
 
 
-def _open(path: Path) -> IO[str]:
+def _open(path: Path) -> io.BufferedIOBase:
     with path.open("rb") as probe:
         magic = probe.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8")
-    return path.open("r", encoding="utf-8")
+        return gzip.open(path, "rb")
+    return path.open("rb")
 
 
-def iter_events(path: Path, chunk_chars: int = CHUNK_CHARS, timed_only: bool = False) -> Iterator[Event]:
-    """The events of the trace's ``traceEvents`` array, streamed one at a time, each reduced to
-    the fields in ``Event``. ``timed_only`` skips, before any conversion, the events without a
-    duration (flows, instants, metadata), which no time analysis uses."""
+def iter_batches(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[list[Event]]:
+    """The events of the trace's ``traceEvents`` array, in file order, a window's worth at a
+    time: what a pass over a large trace should loop over (one Python call per window, not per
+    event)."""
     try:
         stream = _open(path)
     except OSError as err:
         raise TraceError(f"{path}: cannot read it ({err.strerror or err})") from None
     with stream:
         try:
-            yield from _events(_Text(stream, chunk_chars), timed_only)
+            yield from _batches(_Window(stream, chunk_bytes))
         except (ValueError, OSError, EOFError, zlib.error) as err:
             # gzip and UTF-8 errors surface here too; all mean the same to the user.
             raise TraceError(f"{path}: not a readable Kineto trace: {err}") from None
+
+
+def iter_events(path: Path, chunk_bytes: int = CHUNK_BYTES, timed_only: bool = False) -> Iterator[Event]:
+    """The events of the trace's ``traceEvents`` array, one at a time. ``timed_only`` skips the
+    events without a duration (flows, instants, metadata), which no time analysis uses."""
+    for batch in iter_batches(path, chunk_bytes):
+        for event in batch:
+            if not timed_only or event.dur is not None:
+                yield event

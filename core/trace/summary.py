@@ -21,20 +21,24 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
+from perfcheck.core.trace.event import Event
 from perfcheck.core.trace.intervals import Interval, covered, merge, shared
 from perfcheck.core.trace.kinds import kernel_kind
-from perfcheck.core.trace.reader import Event, iter_events
+from perfcheck.core.trace.reader import iter_batches
 from perfcheck.core.trace.self_time import self_times
 
 STEP_MARK = "ProfilerStep"
 # HTA drops "Trace" (the whole-trace span) and, by default, Python stack events.
 _SKIPPED_CATEGORIES = frozenset({"Trace", "python_function"})
 CPU_OP = "cpu_op"
+GPU_ANNOTATION = "gpu_user_annotation"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ class OpTotal:
     kind: str  # a kinds.Kind for GPU activity, "cpu_op" for CPU ops (self time)
     count: int
     total_us: float
+    variants: int = 1  # full names added up in this row: more than 1 only when grouped by a short name
 
 
 @dataclass(frozen=True)
@@ -82,6 +87,7 @@ class TraceSummary:
     cpu_ops: tuple[OpTotal, ...] = ()  # CPU ops by self time, largest first
     breakdown: Breakdown | None = None
     comm_overlap_pct: float | None = None  # None when no communication kernel ran
+    naming: str = "full"  # what keys the rows: "full" names, or "hta-short" (grouping.by_hta_short_name)
 
     @property
     def on_gpu(self) -> bool:
@@ -115,10 +121,13 @@ class _Columns:
     cpu_thread: array[int] = field(default_factory=lambda: array("l"))
     cpu_ts: array[float] = field(default_factory=lambda: array("d"))
     cpu_dur: array[float] = field(default_factory=lambda: array("d"))
+    # The CPU-side ProfilerStep marks: where each step begins and ends, and its N.
     step_ts: array[float] = field(default_factory=lambda: array("d"))
     step_end: array[float] = field(default_factory=lambda: array("d"))
-    step_names: set[str] = field(default_factory=set)
     step_ids: list[int] = field(default_factory=list)  # N of each ProfilerStep#N, in step_ts order
+    # Every mark, GPU-side ones included, as HTA 0.5 reads them to decide what the last step is.
+    step_names: set[str] = field(default_factory=set)
+    last_step_start: float = -math.inf
     events: int = 0
     hta_rounding: bool = False
 
@@ -129,57 +138,101 @@ class _Columns:
             self.kinds.append(kernel_kind(name, cat))
         return found
 
-    def add(self, ev: Event) -> None:
-        _ph, cat, name, ts, dur, pid, tid, stream, corr = ev
-        if dur is None:
-            return
-        self.events += 1
-        if ts is None or cat is None or cat in _SKIPPED_CATEGORIES:
-            return
+    def add(self, events: Iterable[Event]) -> None:
+        """Keep what the analyses need of ``events``. The loop runs once per event of a large
+        trace: the bound methods and sets it uses are looked up once, before it."""
         if self.hta_rounding:
-            # HTA 0.5 snaps sub-microsecond timestamps inwards (start up, end down) before anything
-            # else, which shortens every event by up to 2 us; off by default, for comparisons.
-            end = math.floor(ts + dur)
-            ts = float(math.ceil(ts))
-            dur = end - ts
-        if corr is None or corr < 0:
-            corr = -1
-        if stream is not None and stream >= 0:
-            self.gpu_name.append(self.name_id(name, cat))
-            self.gpu_ts.append(ts)
-            self.gpu_dur.append(dur)
-            self.gpu_corr.append(corr)
+            events = map(_hta_rounded, events)
+        names, name_id = self.names, self.name_id
+        threads = self.threads
+        gpu_name, gpu_ts, gpu_dur, gpu_corr = (
+            self.gpu_name.append,
+            self.gpu_ts.append,
+            self.gpu_dur.append,
+            self.gpu_corr.append,
+        )
+        launch_corr, launch_ts = self.launch_corr.append, self.launch_ts.append
+        cpu_name, cpu_thread, cpu_ts, cpu_dur = (
+            self.cpu_name.append,
+            self.cpu_thread.append,
+            self.cpu_ts.append,
+            self.cpu_dur.append,
+        )
+        skipped = _SKIPPED_CATEGORIES
+        timed = 0
+        for ev in events:
+            dur = ev.dur
+            if dur is None:
+                continue
+            timed += 1
+            ts, cat = ev.ts, ev.cat
+            if ts is None or cat is None or cat in skipped:
+                continue
+            name, args = ev.name, ev.args
+            stream = corr = None
+            if args is not None:
+                stream, corr = args.stream, args.correlation
+            if corr is None or corr < 0:
+                corr = -1
+            if stream is not None and stream >= 0:
+                n = names.get(name)
+                gpu_name(name_id(name, cat) if n is None else n)
+                gpu_ts(ts)
+                gpu_dur(dur)
+                gpu_corr(corr)
+                continue
+            if corr >= 0:
+                launch_corr(corr)
+                launch_ts(ts)
+            if cat == CPU_OP:
+                n = names.get(name)
+                cpu_name(name_id(name, cat) if n is None else n)
+                key = (ev.pid, ev.tid)
+                thread = threads.get(key)
+                if thread is None:
+                    thread = threads[key] = len(threads)
+                cpu_thread(thread)
+                cpu_ts(ts)
+                cpu_dur(dur)
+            if STEP_MARK in name:
+                self.add_step(name, cat, ts, dur)
+        self.events += timed
+
+    def add_step(self, name: str, cat: str, ts: float, dur: float) -> None:
+        self.step_names.add(name)
+        self.last_step_start = max(self.last_step_start, ts)
+        if cat == GPU_ANNOTATION:
+            # Kineto also marks each step on the GPU timeline (newer versions): the same step
+            # again, spanning the GPU's work for it, which a CPU launch must not be placed by.
             return
-        if corr >= 0:
-            self.launch_corr.append(corr)
-            self.launch_ts.append(ts)
-        if cat == CPU_OP:
-            self.cpu_name.append(self.name_id(name, cat))
-            self.cpu_thread.append(self.threads.setdefault((pid, tid), len(self.threads)))
-            self.cpu_ts.append(ts)
-            self.cpu_dur.append(dur)
-        if STEP_MARK in name:
-            self.step_ts.append(ts)
-            self.step_end.append(ts + dur)
-            self.step_names.add(name)
-            number = name.rpartition("#")[2]
-            self.step_ids.append(int(number) if number.isdigit() else len(self.step_ids))
+        self.step_ts.append(ts)
+        self.step_end.append(ts + dur)
+        number = name.rpartition("#")[2]
+        self.step_ids.append(int(number) if number.isdigit() else len(self.step_ids))
+
+
+def _hta_rounded(ev: Event) -> Event:
+    """HTA 0.5 snaps sub-microsecond timestamps inwards (start up, end down) before anything else,
+    which shortens every event by up to 2 us; off by default, for comparisons."""
+    if ev.ts is None or ev.dur is None:
+        return ev
+    end = math.floor(ev.ts + ev.dur)
+    ts = float(math.ceil(ev.ts))
+    return msgspec.structs.replace(ev, ts=ts, dur=end - ts)
 
 
 def _totals(
-    indices: Iterable[int],
-    name_ids: Sequence[int],
-    times: Sequence[float],
-    names: list[str],
-    kinds: list[str] | None,
+    name_ids: Iterable[int], times: Iterable[float], names: list[str], kinds: list[str] | None
 ) -> tuple[OpTotal, ...]:
-    """Count and total time per name over ``indices``; ``kinds`` None means CPU ops."""
+    """Count and total time per name, from parallel sequences; ``kinds`` None means CPU ops."""
     counts: dict[int, int] = {}
     sums: dict[int, float] = {}
-    for i in indices:
-        n = name_ids[i]
-        counts[n] = counts.get(n, 0) + 1
-        sums[n] = sums.get(n, 0.0) + times[i]
+    for n, t in zip(name_ids, times, strict=True):
+        if n in counts:
+            counts[n] += 1
+            sums[n] += t
+        else:
+            counts[n], sums[n] = 1, t
     totals = [
         OpTotal(name=names[n], kind=kinds[n] if kinds else CPU_OP, count=c, total_us=sums[n])
         for n, c in counts.items()
@@ -236,6 +289,7 @@ def _chosen(c: _Columns, choice: str) -> tuple[list[int], list[int], tuple[int, 
             have = ", ".join(str(c.step_ids[i]) for i in order)
             raise StepError(f"--steps {choice}: no such ProfilerStep; the trace has {have}")
     windows = [(c.step_ts[i], c.step_end[i]) for i in picked]
+    picked_ids = tuple(dict.fromkeys(c.step_ids[i] for i in picked))  # once each, in time order
 
     def inside(ts: float) -> bool:
         return any(lo <= ts < hi for lo, hi in windows)
@@ -247,39 +301,42 @@ def _chosen(c: _Columns, choice: str) -> tuple[list[int], list[int], tuple[int, 
         if (c.gpu_corr[i] in launched if c.gpu_corr[i] >= 0 else inside(c.gpu_ts[i]))
     ]
     cpu = [i for i in range(len(c.cpu_ts)) if inside(c.cpu_ts[i])]
-    return gpu, cpu, tuple(c.step_ids[i] for i in picked)
+    return gpu, cpu, picked_ids
 
 
-def _kept(c: _Columns) -> tuple[list[int], list[int], int, bool]:
-    """The GPU activities and CPU ops analysed (indices), the steps analysed, and whether the last
-    step was dropped. HTA drops a step only when there are at least two distinct ones."""
+def _kept(c: _Columns) -> tuple[list[int], list[int], tuple[int, ...], bool]:
+    """The GPU activities and CPU ops analysed (indices), the steps analysed (their N, in time
+    order), and whether the last step was dropped. HTA drops a step only when there are at least
+    two distinct ones, and takes the latest start of any mark as the last step's."""
     gpu, cpu = list(range(len(c.gpu_ts))), list(range(len(c.cpu_ts)))
+    order = sorted(range(len(c.step_ts)), key=lambda i: c.step_ts[i])
+    steps = tuple(dict.fromkeys(c.step_ids[i] for i in order))  # once each, in time order
     if len(c.step_names) < 2:
-        return gpu, cpu, len(c.step_ts), False
-    cutoff = max(c.step_ts)
+        return gpu, cpu, steps, False
+    cutoff = c.last_step_start
     launched = {corr for corr, ts in zip(c.launch_corr, c.launch_ts, strict=True) if ts < cutoff}
     # An activity without a correlation id has no launch to go by: its own start decides.
     gpu = [i for i in gpu if (c.gpu_corr[i] in launched if c.gpu_corr[i] >= 0 else c.gpu_ts[i] < cutoff)]
     cpu = [i for i in cpu if c.cpu_ts[i] < cutoff]
-    return gpu, cpu, sum(1 for ts in c.step_ts if ts < cutoff), True
+    return gpu, cpu, steps[:-1], True
 
 
 def _summary(c: _Columns, steps_choice: str | None = None) -> TraceSummary:
     names = list(c.names)
-    order = sorted(range(len(c.step_ts)), key=lambda i: c.step_ts[i])
     if steps_choice is None:
-        gpu, cpu, steps, dropped = _kept(c)
-        analysed = tuple(c.step_ids[i] for i in (order[:-1] if dropped else order))
+        gpu, cpu, analysed, dropped = _kept(c)
     else:
         gpu, cpu, analysed = _chosen(c, steps_choice)
-        steps, dropped = len(analysed), False
-    kernels = _totals(gpu, c.gpu_name, c.gpu_dur, names, c.kinds)
+        dropped = False
+    steps = len(analysed)
+    gpu_names = [c.gpu_name[i] for i in gpu]
+    kernels = _totals(gpu_names, [c.gpu_dur[i] for i in gpu], names, c.kinds)
     breakdown, overlap = None, None
     if kernels:
         spans = [(c.gpu_ts[i], c.gpu_ts[i] + c.gpu_dur[i]) for i in gpu]
-        breakdown, overlap = _breakdown(spans, [c.kinds[c.gpu_name[i]] for i in gpu])
+        breakdown, overlap = _breakdown(spans, [c.kinds[n] for n in gpu_names])
     own = self_times([c.cpu_thread[i] for i in cpu], [c.cpu_ts[i] for i in cpu], [c.cpu_dur[i] for i in cpu])
-    cpu_ops = _totals(range(len(own)), array("l", (c.cpu_name[i] for i in cpu)), own, names, None)
+    cpu_ops = _totals([c.cpu_name[i] for i in cpu], own, names, None)
     return TraceSummary(
         events=c.events,
         steps=steps,
@@ -302,8 +359,7 @@ def summarize_events(
     for figures that match HTA's to the last digit; exact times are the default. ``steps`` chooses
     the ProfilerSteps analysed (``parse_steps``); None: HTA's default, every step but the last."""
     columns = _Columns(hta_rounding=hta_rounding)
-    for ev in events:
-        columns.add(ev)
+    columns.add(events)
     return _summary(columns, steps)
 
 
@@ -312,4 +368,7 @@ def summarize(path: Path, hta_rounding: bool = False, steps: str | None = None) 
     StepError for steps it does not have."""
     if steps is not None:
         parse_steps(steps)  # a bad choice is refused before the file is read
-    return summarize_events(iter_events(path, timed_only=True), hta_rounding, steps)
+    columns = _Columns(hta_rounding=hta_rounding)
+    for batch in iter_batches(path):
+        columns.add(batch)
+    return _summary(columns, steps)
