@@ -485,6 +485,18 @@ class TraceOpDoc(_Strict):
     count: int = Field(ge=0)
     total_us: float = Field(description="over the analysed steps (GPU time; CPU ops: self time)")
     per_step_us: float
+    variants: int = Field(
+        default=1,
+        ge=1,
+        description="full names added up in this row: more than 1 only when naming is hta-short",
+    )
+
+
+TraceNaming = Literal["full", "hta-short"]
+NAMING_DESCRIPTION = (
+    "what keys the rows: full kernel (or CPU op) names, or hta-short: HolisticTraceAnalysis "
+    "0.5.0's short name (--short-names), the rows of its TraceDiff with use_short_name=True"
+)
 
 
 class TraceBreakdownDoc(_Strict):
@@ -507,6 +519,7 @@ class TraceSummaryDoc(_Strict):
     comm_overlap_pct: float | None = Field(
         default=None, description="communication time with compute running; None without communication"
     )
+    naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)
     ops: list[TraceOpDoc] = Field(description="largest total first; all of them, --top does not cut")
 
 
@@ -521,6 +534,7 @@ class TraceChangeDoc(_Strict):
 class TraceDiffDoc(_Strict):
     schema_version: Literal[2] = SCHEMA_VERSION
     kind: Literal["trace-diff"] = "trace-diff"
+    naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)
     base: TraceSummaryDoc
     head: TraceSummaryDoc
     changes: list[TraceChangeDoc] = Field(

@@ -14,6 +14,10 @@ from typing import TYPE_CHECKING
 
 from perfcheck.argtypes import positive
 
+# The naming value of rows grouped by HTA's short name (perfcheck.core.trace.HTA_SHORT); spelled
+# here so that building the parser imports no trace code.
+HTA_SHORT = "hta-short"
+
 if TYPE_CHECKING:
     from perfcheck.core.trace import Change, TraceSummary
     from perfcheck.schema import TraceDiffDoc, TraceSummaryDoc
@@ -51,7 +55,16 @@ def _pct(x: float | None) -> str:
 
 
 def _what(s: TraceSummary) -> str:
-    return "GPU kernels" if s.on_gpu else "CPU ops (self time)"
+    what = "GPU kernels" if s.on_gpu else "CPU ops (self time)"
+    return f"{what} by HTA's short name (--short-names)" if s.naming == HTA_SHORT else what
+
+
+def _shown(s: TraceSummary, name: str) -> str:
+    """A row's name as a table shows it: a full name made readable, a short name as it is (it is
+    the key that HTA's rows carry)."""
+    from perfcheck.core.trace import clip, short_name
+
+    return clip(name, NAME_WIDTH) if s.naming == HTA_SHORT else short_name(name, NAME_WIDTH)
 
 
 def _step_list(ids: Sequence[int]) -> str:
@@ -70,8 +83,6 @@ def _steps(s: TraceSummary) -> str:
 
 
 def render_summary(path: Path, s: TraceSummary, top: int) -> str:
-    from perfcheck.core.trace import short_name
-
     out = [str(path), f"  {s.events:,} timed events · {_steps(s)} · {_what(s)}"]
     if s.breakdown is not None:
         b = s.breakdown
@@ -83,18 +94,21 @@ def render_summary(path: Path, s: TraceSummary, top: int) -> str:
     ops = s.ops
     total = sum(op.total_us for op in ops) or 1.0
     steps = max(s.steps, 1)
+    grouped = s.naming == HTA_SHORT
     rows = [
         [
-            short_name(op.name, NAME_WIDTH),
+            _shown(s, op.name),
             op.kind,
             f"{op.count:,}",
             _us(op.total_us),
             _us(op.total_us / steps),
             f"{100 * op.total_us / total:.1f}",
+            *([f"{op.variants:,}"] if grouped else []),
         ]
         for op in ops[:top]
     ]
-    out += ["", table(["name", "kind", "count", "total us", "us/step", "%"], rows, "llrrrr")]
+    headers = ["name", "kind", "count", "total us", "us/step", "%", *(["full names"] if grouped else [])]
+    out += ["", table(headers, rows, "llrrrrr" if grouped else "llrrrr")]
     if len(ops) > top:
         out.append(f"  … {len(ops) - top} more (--top)")
     return "\n".join(out)
@@ -119,7 +133,7 @@ def _breakdown_rows(base: TraceSummary, head: TraceSummary) -> list[list[str]]:
 
 
 def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: TraceSummary, top: int) -> str:
-    from perfcheck.core.trace import diff_times, short_name
+    from perfcheck.core.trace import diff_times
 
     changes: list[Change] = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
     counts = {s: sum(1 for c in changes if c.status == s) for s in ("added", "removed", "changed")}
@@ -132,7 +146,7 @@ def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: Trac
     if base.breakdown is not None or head.breakdown is not None:
         out += ["", table(["GPU time", "base", "head", "Δ pp"], _breakdown_rows(base, head), "lrrr")]
     rows = [
-        [c.status, short_name(c.name, NAME_WIDTH), _us(c.base_us), _us(c.head_us), f"{c.delta_us:+,.1f}"]
+        [c.status, _shown(head, c.name), _us(c.base_us), _us(c.head_us), f"{c.delta_us:+,.1f}"]
         for c in changes[:top]
     ]
     headers = ["change", "name", "base us/step", "head us/step", "Δ us/step"]
@@ -142,10 +156,11 @@ def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: Trac
     return "\n".join(out)
 
 
-def _load(path: Path, hta_rounding: bool, steps: str | None) -> TraceSummary:
-    from perfcheck.core.trace import summarize
+def _load(path: Path, args: argparse.Namespace, steps: str | None) -> TraceSummary:
+    from perfcheck.core.trace import by_hta_short_name, summarize
 
-    return summarize(path, hta_rounding, steps)
+    summary = summarize(path, args.hta_rounding, steps)
+    return by_hta_short_name(summary) if args.short_names else summary
 
 
 def summary_document(path: Path, s: TraceSummary) -> TraceSummaryDoc:
@@ -169,9 +184,15 @@ def summary_document(path: Path, s: TraceSummary) -> TraceSummaryDoc:
         if b
         else None,
         comm_overlap_pct=s.comm_overlap_pct,
+        naming=s.naming,  # type: ignore[arg-type]
         ops=[
             TraceOpDoc(
-                name=o.name, kind=o.kind, count=o.count, total_us=o.total_us, per_step_us=o.total_us / steps
+                name=o.name,
+                kind=o.kind,
+                count=o.count,
+                total_us=o.total_us,
+                per_step_us=o.total_us / steps,
+                variants=o.variants,
             )
             for o in s.ops
         ],
@@ -184,6 +205,7 @@ def diff_document(base_path: Path, head_path: Path, base: TraceSummary, head: Tr
 
     changes = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
     return TraceDiffDoc(
+        naming=head.naming,  # type: ignore[arg-type]
         base=summary_document(base_path, base),
         head=summary_document(head_path, head),
         changes=[
@@ -203,7 +225,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
     from perfcheck.core.trace import StepError, TraceError
 
     try:
-        summary = _load(args.file, args.hta_rounding, args.steps)
+        summary = _load(args.file, args, args.steps)
     except (TraceError, StepError) as err:
         print(f"perfcheck trace: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -218,8 +240,8 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     from perfcheck.core.trace import StepError, TraceError
 
     try:
-        base = _load(args.base, args.hta_rounding, args.base_steps or args.steps)
-        head = _load(args.head, args.hta_rounding, args.head_steps or args.steps)
+        base = _load(args.base, args, args.base_steps or args.steps)
+        head = _load(args.head, args, args.head_steps or args.steps)
     except (TraceError, StepError) as err:
         print(f"perfcheck trace: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -230,6 +252,14 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+SHORT_NAMES_HELP = (
+    "group rows by HolisticTraceAnalysis's short name, so that a diff's rows are those of HTA's "
+    "TraceDiff.compare_traces(..., use_short_name=True): names starting Memcpy, Memset or dma, "
+    "or with no '<' or '(', stay whole; otherwise '->' is deleted, each '>' or ')' deletes back "
+    "to its nearest '<' or '(' (HTA's rule, quirks included), and what follows the last space "
+    "is kept (`void ns::k<float>(float*)` -> `ns::k`). Rows that shorten alike are added up; "
+    "--json says naming: hta-short and gives each row's number of full names (variants)"
+)
 STEPS_HELP = (
     "the ProfilerSteps to analyse: all, last, N, N-M or a comma list, by the N of ProfilerStep#N "
     "(default: every step but the last, as HTA does)"
@@ -245,6 +275,7 @@ def _common(parser: argparse.ArgumentParser) -> None:
         "`perfcheck schema trace-summary` / `trace-diff`)",
     )
     parser.add_argument("--steps", help=STEPS_HELP)
+    parser.add_argument("--short-names", action="store_true", help=SHORT_NAMES_HELP)
     parser.add_argument(
         "--hta-rounding",
         action="store_true",
