@@ -2,7 +2,9 @@
 
 Provenance: the traces below are synthetic, laid out as Kineto writes them (complete "X" events
 with args.stream / args.correlation on GPU activity, cuda_runtime launches carrying the same
-correlation id, ProfilerStep user annotations, flow and metadata events beside them).
+correlation id, ProfilerStep user annotations, flow and metadata events beside them). The tests of
+HTA's short names also read two real traces recorded on the lent H200 and HTA 0.5.0's rows for
+them (tests/data/h200-mlp-*; h200-mlp-hta-diff.json says how each was made).
 """
 
 from __future__ import annotations
@@ -16,14 +18,21 @@ from typing import Any
 
 import pytest
 
+from perfcheck import trace_cli
 from perfcheck.core.trace import (
+    HTA_SHORT,
+    OpTotal,
     TraceError,
+    by_hta_short_name,
     diff_times,
+    hta_short_name,
     iter_events,
     kernel_kind,
+    regroup,
     short_name,
     structural,
     summarize,
+    summarize_events,
 )
 from perfcheck.schema import TraceDiffDoc
 from perfcheck.trace_cli import add_trace_parser
@@ -458,6 +467,7 @@ def test_trace_json_documents_validate_against_the_printed_schema(
     for argv, document in (
         (["trace", "summary", str(trace), "--json"], "trace-summary"),
         (["trace", "diff", str(trace), str(trace), "--steps", "all", "--json"], "trace-diff"),
+        (["trace", "diff", str(FP32), str(BF16), "--short-names", "--json"], "trace-diff"),
     ):
         assert main(argv) == 0
         data = json.loads(capsys.readouterr().out)
@@ -473,3 +483,209 @@ def test_a_step_the_trace_does_not_have_is_bad_input(
     assert run_cli(["trace", "summary", str(trace), "--steps", "99"]) == 2
     assert "no such ProfilerStep; the trace has" in capsys.readouterr().err
     assert run_cli(["trace", "summary", str(trace), "--steps", "two"]) == 2
+
+
+# -- issue 19: rows keyed by HTA's short name, and the fast reader's other paths -----------------
+
+DATA = Path(__file__).parent / "data"
+# Real torch.profiler traces of one small training step on the lent H200, float32 and bfloat16,
+# and HTA 0.5.0's TraceDiff rows for them: h200-mlp-hta-diff.json says how each was made.
+FP32, BF16 = DATA / "h200-mlp-fp32.pt.trace.json.gz", DATA / "h200-mlp-bf16.pt.trace.json.gz"
+HTA_ROWS = json.loads((DATA / "h200-mlp-hta-diff.json").read_text())["rows"]
+GELU_FLOAT = (
+    "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl("
+    "at::TensorIteratorBase&, at::native::GeluType)::{lambda()#1}::operator()() const::{lambda()#2}"
+    "::operator()() const::{lambda(float)#1}, std::array<char*, 2ul> >(int, "
+    "at::native::GeluCUDAKernelImpl(at::TensorIteratorBase&, at::native::GeluType)::{lambda()#1}"
+    "::operator()() const::{lambda()#2}::operator()() const::{lambda(float)#1}, std::array<char*, 2ul>)"
+)
+
+
+# Expected values: HolisticTraceAnalysis 0.5.0's hta.utils.utils.shorten_name on each name, run
+# in a venv of its own (pip install HolisticTraceAnalysis==0.5.0) on 2026-12-01.
+@pytest.mark.parametrize(
+    ("name", "hta"),
+    [
+        (GEMM, "gemm_kernel"),
+        (GELU_FLOAT, "at::native::vectorized_elementwise_kernel"),
+        (NCCL, "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous "
+            "namespace)::TensorListMetadata<3>, std::plus<float>, float>(at::native::(anonymous "
+            "namespace)::TensorListMetadata<3>, std::plus<float>, float)",
+            "at::native::::multi_tensor_apply_kernel",
+        ),
+        (MEMCPY, MEMCPY),
+        ("Memset (Device)", "Memset (Device)"),
+        ("dma copy<x>(y)", "dma copy<x>(y)"),
+        ("triton_poi_fused_relu_0", "triton_poi_fused_relu_0"),
+        (
+            "autograd::engine::evaluate_function: AddmmBackward0",
+            "autograd::engine::evaluate_function: AddmmBackward0",
+        ),
+        # HTA's quirks, kept so that rows stay HTA's: '->' deleted, a closer deletes back to the
+        # nearest opener of its kind whatever lies between, text after the last space only.
+        ("a->b<c>(d)", "ab"),
+        ("op<a>->b", "opb"),
+        ("f>x", "f>x"),
+        ("x<a(b>c)d", "d"),
+        ("foo (bar)", ""),
+        ("<<>", "<"),
+        ("a b c(", "c("),
+    ],
+)
+def test_hta_short_names_are_htas(name: str, hta: str) -> None:
+    assert hta_short_name(name) == hta
+
+
+def gpu_rows(path: Path, naming: str) -> dict[str, list[float]]:
+    # HTA's TraceDiff takes the first ProfilerStep by default and HTA 0.5's rounded times.
+    s = summarize(path, hta_rounding=True, steps=str(min(summarize(path, steps="all").analysed)))
+    if naming == "hta-short":
+        s = by_hta_short_name(s)
+    return {op.name: [op.count, op.total_us] for op in s.kernels}
+
+
+@pytest.mark.parametrize("naming", ["full", "hta-short"])
+def test_rows_are_htas_trace_diff_rows(naming: str) -> None:
+    base, head = gpu_rows(FP32, naming), gpu_rows(BF16, naming)
+    ours = {
+        name: [
+            base.get(name, [0, 0.0])[0],
+            head.get(name, [0, 0.0])[0],
+            base.get(name, [0, 0.0])[1],
+            head.get(name, [0, 0.0])[1],
+        ]
+        for name in base.keys() | head.keys()
+    }
+    assert ours.keys() == HTA_ROWS[naming].keys()
+    for name, row in HTA_ROWS[naming].items():
+        assert ours[name][:2] == row[:2], name  # counts, exactly
+        assert ours[name][2:] == pytest.approx(row[2:]), name  # total microseconds
+
+
+def test_diff_by_short_names_turns_a_retyped_kernel_into_a_change(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert run_cli(["trace", "diff", str(FP32), str(BF16), "--json"]) == 0
+    full = TraceDiffDoc.model_validate_json(capsys.readouterr().out)
+    assert run_cli(["trace", "diff", str(FP32), str(BF16), "--json", "--short-names"]) == 0
+    short = TraceDiffDoc.model_validate_json(capsys.readouterr().out)
+    assert (full.naming, full.base.naming) == ("full", "full")
+    assert (short.naming, short.base.naming, short.head.naming) == ("hta-short", "hta-short", "hta-short")
+    # The GELU kernel is one template instantiation per dtype: by full name float's is removed
+    # and BFloat16's added; by HTA's short name they are one row, changed in time.
+    gelu = {c.status: c.name for c in full.changes if "GeluCUDAKernelImpl" in c.name}
+    assert "lambda(float)#1" in gelu["removed"] and "lambda(c10::BFloat16)#1" in gelu["added"]
+    statuses = {c.name: c.status for c in short.changes}
+    assert statuses["at::native::vectorized_elementwise_kernel"] == "changed"
+    assert not any("(" in name or "<" in name for name in statuses if not name.startswith("Memcpy"))
+    row = next(o for o in short.head.ops if o.name == "at::native::vectorized_elementwise_kernel")
+    variants = [o for o in full.head.ops if hta_short_name(o.name) == row.name]
+    assert row.variants == len(variants) > 1
+    assert row.count == sum(o.count for o in variants)
+    assert row.total_us == pytest.approx(sum(o.total_us for o in variants))
+    assert all(o.variants == 1 for o in full.head.ops)
+
+
+def test_tables_say_the_rows_are_short_names(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli(["trace", "summary", str(BF16), "--short-names"]) == 0
+    out = capsys.readouterr().out
+    assert "GPU kernels by HTA's short name (--short-names)" in out and "full names" in out
+    row = next(line.split() for line in out.splitlines() if line.startswith("at::native::vectorized"))
+    assert row[0] == "at::native::vectorized_elementwise_kernel" and int(row[-1]) > 1
+    assert run_cli(["trace", "diff", str(FP32), str(BF16), "--short-names"]) == 0
+    assert "by HTA's short name (--short-names)" in capsys.readouterr().out
+
+
+def test_short_names_in_help(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_cli(["trace", "diff", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "--short-names" in out and "use_short_name=True" in out
+
+
+def test_regroup_adds_up_rows_and_keeps_the_largest_members_kind() -> None:
+    ops = [
+        OpTotal("void k<float>(float*)", "compute", 3, 30.0),
+        OpTotal("void k<half>(half*)", "memory", 2, 10.0),
+        OpTotal("other", "compute", 1, 35.0),
+    ]
+    assert regroup(ops, hta_short_name) == (
+        OpTotal("k", "compute", 5, 40.0, variants=2),
+        OpTotal("other", "compute", 1, 35.0),
+    )
+    s = summarize_events([])
+    assert by_hta_short_name(by_hta_short_name(s)).naming == "hta-short"
+    assert trace_cli.HTA_SHORT == HTA_SHORT
+
+
+def test_gpu_side_step_marks_are_the_same_steps() -> None:
+    # Newer Kineto marks each ProfilerStep on the GPU timeline too (gpu_user_annotation): the
+    # same step again, not another one.
+    s = summarize(FP32)
+    assert (s.analysed, s.steps, s.last_step_dropped) == ((1, 2), 2, True)
+    assert summarize(FP32, steps="all").analysed == (1, 2, 3)
+    assert summarize(FP32, steps="2").analysed == (2,)
+
+
+def test_events_of_other_types_are_read_as_the_generic_decoder_reads_them(tmp_path: Path) -> None:
+    odd = [
+        step(1, 0),
+        step(2, 100),
+        launch(5, 1),
+        {**kernel(GEMM, 10, 30, corr=1), "args": {"stream": "7", "correlation": 1.0}},
+        {**op("aten::mm", "cpu_op", 20, 5), "name": 17},
+        {**op("aten::ts_text", "cpu_op", 30, 5), "ts": "30"},
+        {**op("aten::args_list", "cpu_op", 40, 5), "args": [1, 2]},
+        {**op("aten::odd_ids", "cpu_op", 50, 5), "pid": [1], "tid": True},
+        7,
+        launch(105, 2),
+        kernel(GEMM, 110, 10, corr=2),
+    ]
+    path = write_trace(tmp_path / "odd.json", odd)
+    events = list(iter_events(path))
+    # The number is no event; everything else is, each field converted as HTA would take it.
+    assert len(events) == len(odd) - 1
+    retyped = events[3]
+    assert (retyped.stream, retyped.correlation) == (7, 1)
+    assert events[4].name == "17" and events[5].ts is None and events[6].args is None
+    assert (events[7].pid, events[7].tid) == ("[1]", "True")
+    s = summarize(path)
+    assert names_and_totals(s.kernels) == [(GEMM, "compute", 1, 30.0)]  # corr 2 is in the last step
+
+
+def test_a_recorded_trace_reads_as_the_generic_decoder_reads_it() -> None:
+    whole = json.loads(gzip.decompress(BF16.read_bytes()))["traceEvents"]
+    streamed = [(e.name, e.cat, e.ts, e.dur, e.stream, e.correlation) for e in iter_events(BF16)]
+    assert streamed == [
+        (
+            e["name"],
+            e.get("cat"),
+            e.get("ts"),
+            e.get("dur"),
+            e.get("args", {}).get("stream"),
+            e.get("args", {}).get("correlation"),
+        )
+        for e in whole
+    ]
+
+
+def test_a_value_bigger_than_the_window_and_metadata_before_the_events(tmp_path: Path) -> None:
+    big = {**op("aten::big", "cpu_op", 1, 2), "args": {"blob": "x" * 300_000, "µ": "✓" * 1000}}
+    path = write_trace(tmp_path / "big.json", [big, *GPU_EVENTS], huge={"list": list(range(50_000))})
+    events = list(iter_events(path, chunk_bytes=1024))
+    assert events[0].name == "aten::big" and len(events) == 1 + len(GPU_EVENTS)
+    assert summarize(path).comm_overlap_pct == pytest.approx(100 * 20 / 30)
+
+
+def test_core_trace_imports_no_torch() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "import perfcheck.core.trace, perfcheck.trace_cli\n"
+        "assert 'torch' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
