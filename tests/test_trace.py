@@ -671,6 +671,13 @@ def test_a_recorded_trace_reads_as_the_generic_decoder_reads_it() -> None:
     ]
 
 
+@pytest.mark.parametrize("correlation", [2**63, 2**70])
+def test_an_id_out_of_range_is_bad_input(tmp_path: Path, correlation: int) -> None:
+    path = write_trace(tmp_path / "ids.json", [step(1, 0), kernel(GEMM, 10, 30, corr=correlation)])
+    with pytest.raises(TraceError, match="correlation id out of range"):
+        summarize(path)
+
+
 def test_a_value_bigger_than_the_window_and_metadata_before_the_events(tmp_path: Path) -> None:
     big = {**op("aten::big", "cpu_op", 1, 2), "args": {"blob": "x" * 300_000, "µ": "✓" * 1000}}
     path = write_trace(tmp_path / "big.json", [big, *GPU_EVENTS], huge={"list": list(range(50_000))})

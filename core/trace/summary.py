@@ -31,7 +31,7 @@ import msgspec
 from perfcheck.core.trace.event import Event
 from perfcheck.core.trace.intervals import Interval, covered, merge, shared
 from perfcheck.core.trace.kinds import kernel_kind
-from perfcheck.core.trace.reader import iter_batches
+from perfcheck.core.trace.reader import TraceError, iter_batches
 from perfcheck.core.trace.self_time import self_times
 
 STEP_MARK = "ProfilerStep"
@@ -369,6 +369,12 @@ def summarize(path: Path, hta_rounding: bool = False, steps: str | None = None) 
     if steps is not None:
         parse_steps(steps)  # a bad choice is refused before the file is read
     columns = _Columns(hta_rounding=hta_rounding)
-    for batch in iter_batches(path):
-        columns.add(batch)
+    try:
+        for batch in iter_batches(path):
+            columns.add(batch)
+    except OverflowError:
+        # The columns hold ids as 64-bit integers; Kineto's are small.
+        raise TraceError(
+            f"{path}: not a readable Kineto trace: a stream or correlation id out of range"
+        ) from None
     return _summary(columns, steps)
