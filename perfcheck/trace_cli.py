@@ -258,7 +258,8 @@ SHORT_NAMES_HELP = (
     "or with no '<' or '(', stay whole; otherwise '->' is deleted, each '>' or ')' deletes back "
     "to its nearest '<' or '(' (HTA's rule, quirks included), and what follows the last space "
     "is kept (`void ns::k<float>(float*)` -> `ns::k`). Rows that shorten alike are added up; "
-    "--json says naming: hta-short and gives each row's number of full names (variants)"
+    "--json says naming: hta-short and gives each row's number of full names (variants). HTA's "
+    "TraceDiff takes the first ProfilerStep of each side: --steps N gives its rows exactly"
 )
 STEPS_HELP = (
     "the ProfilerSteps to analyse: all, last, N, N-M or a comma list, by the N of ProfilerStep#N "
