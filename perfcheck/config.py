@@ -434,6 +434,10 @@ def _suggestion(key: str, loc: tuple[Any, ...]) -> str:
         inner = getattr(annotation, "__args__", None)
         model = next((a for a in inner or () if hasattr(a, "model_fields")), annotation)
     names = [n for n in getattr(model, "model_fields", {}) if n not in ("source", "plugin_settings")]
+    if model is Config:  # the sections of perfcheck's own probes that carry their settings
+        from perfcheck.core import probes
+
+        names += [k.name for k in probes.built_in() if k.settings is not None]
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""
 
@@ -496,12 +500,15 @@ def _plugin_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
             loaded.append(plugins.load(name))
         except plugins.PluginError as err:
             raise ConfigError(f"{source}: plugins[{i}]: {err}") from None
+    from perfcheck.core import probes
+
     sections: dict[str, BaseModel] = {}
-    for kind in loaded:  # only this config's plugins own a section of it
+    # Only perfcheck's own probes and this config's plugins own a section of it.
+    for kind in [*probes.built_in(), *loaded]:
         if kind.settings is None or kind.name not in data:
             continue
         try:
-            sections[kind.name] = kind.settings.model_validate(data.pop(kind.name))
+            sections[kind.name] = kind.settings.model_validate(data.pop(kind.name), strict=True)
         except ValidationError as err:
             raise ConfigError(_describe(err, source, (kind.name,))) from None
     return sections

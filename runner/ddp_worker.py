@@ -130,7 +130,7 @@ def run_variant(
     return metrics, rec.hashes
 
 
-def _gather_lines(lines: list[str], device: str) -> list[list[str]]:
+def gather_lines(lines: list[str], device: str) -> list[list[str]]:
     """Every rank's list of strings, on every rank (all_gather_object would need numpy)."""
     data = torch.tensor(list("\n".join(lines).encode()), dtype=torch.uint8, device=device)
     sizes = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(dist.get_world_size())]
@@ -160,7 +160,7 @@ def main(argv: list[str]) -> int:
             metrics, hashes = run_variant(variant, spec, tree, device, world, out_dir)
         except Exception as err:  # one variant failing is a finding; the others still run
             metrics, hashes = DdpVariantMetrics(variant=variant, error=f"{type(err).__name__}: {err}"), []
-        ranks = [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(_gather_lines(hashes, device))]
+        ranks = [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(gather_lines(hashes, device))]
         variants.append(metrics.model_copy(update={"ranks": ranks if variant != "eager" else []}))
     if rank == 0:
         result = DdpMetrics(backend=_backend_name(spec), world_size=world, variants=variants)

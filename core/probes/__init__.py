@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from perfcheck.core import matrix
-from perfcheck.core.probes import amp, compile, custom_ops, ddp, export, profile, timing
+from perfcheck.core.probes import amp, compile, custom_ops, ddp, export, fsdp, profile, timing
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.schema import categories, register_categories
 
@@ -45,12 +45,20 @@ for _kind in (
     timing.PROBE,
     compile.PROBE,
     ddp.PROBE,
+    fsdp.PROBE,
     amp.PROBE,
     custom_ops.PROBE,
     export.PROBE,
     profile.PROBE,
 ):
     register(_kind)
+
+_BUILT_IN = tuple(_REGISTRY)
+
+
+def built_in() -> list[ProbeKind]:
+    """perfcheck's own probes, not a plugin's."""
+    return [_REGISTRY[n] for n in _BUILT_IN]
 
 
 def kinds() -> list[ProbeKind]:

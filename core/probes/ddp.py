@@ -7,23 +7,23 @@ from collections import Counter
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, WorkloadReview
+from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
 
 
 def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
     return {v.variant: v for v in m.variants if v.error is None} if m else {}
 
 
-def _rank_mismatch(v: DdpVariantMetrics) -> tuple[int, list[int]] | None:
+def first_rank_mismatch(ranks: list[RankGraphs]) -> tuple[int, list[int]] | None:
     """The first graph (1-based) where some rank's hash differs from rank 0's, and those ranks."""
-    if len(v.ranks) < 2:
+    if len(ranks) < 2:
         return None
-    ref = v.ranks[0].graph_hashes
-    longest = max(len(r.graph_hashes) for r in v.ranks)
+    ref = ranks[0].graph_hashes
+    longest = max(len(r.graph_hashes) for r in ranks)
     for i in range(longest):
         odd = [
             r.rank
-            for r in v.ranks[1:]
+            for r in ranks[1:]
             if i >= len(r.graph_hashes) or i >= len(ref) or r.graph_hashes[i] != ref[i]
         ]
         if odd:
@@ -47,10 +47,10 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
     # before backward's last node (runner/comm_trace.py says why).
     for name, hv in h.items():
         bv = b.get(name)
-        mismatch = _rank_mismatch(hv)
+        mismatch = first_rank_mismatch(hv.ranks)
         if mismatch is not None:
             graph, ranks = mismatch
-            already = bv is not None and _rank_mismatch(bv) is not None
+            already = bv is not None and first_rank_mismatch(bv.ranks) is not None
             out.append(
                 Finding(
                     category="rank_graph_mismatch",
