@@ -124,9 +124,18 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
                 shutil.copy2(path, dest)
 
 
+# Set to a folder, every probe process of every review compiles into that one cache, warm after
+# the first: for test suites and repeated local runs, where the cache is not what is measured.
+# Cold-compile figures are then not cold, and the sides share what they compiled.
+SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
+
+
 def probe_env(cache: Path, shared: bool = False) -> dict[str, str]:
     """The environment of a probe process whose compile cache is ``cache``; ``shared``: later
     processes of its side start from the same cache."""
+    override = os.environ.get(SHARED_CACHE_ENV)
+    if override:
+        cache, shared = Path(override), True
     extra = {}
     if shared:
         # Dynamo would record the shapes it saw in the cache and compile the next process

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +16,19 @@ from fakegithub.fixtures import fake_github  # noqa: F401  (the local GitHub, fo
 
 from perfcheck.config import Config, parse_config
 from perfcheck.review import ReviewRequest, run
+from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.schema import Review
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One compile cache for every probe of the session (xdist's workers inherit it): no test here
+    measures what a cold compile costs, and Inductor's C++ builds are most of a CPU compile. Set
+    PERFCHECK_COMPILE_CACHE yourself to keep one between runs, or to '' to compile cold."""
+    if SHARED_CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
+        folder = tempfile.mkdtemp(prefix="perfcheck-test-compile-cache-")
+        os.environ[SHARED_CACHE_ENV] = folder
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo"

@@ -25,6 +25,8 @@ import pytest
 import yaml
 from fakegithub import FakeGitHub
 
+from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"
 WORKFLOWS = REPO_ROOT / "examples" / "workflows"
@@ -43,6 +45,8 @@ workloads:
     entry: mlp-tiny
 compile:
   backend: aot_eager
+# The chain is what this file tests; the timing gate has tests of its own (two eager pairs here).
+timing: {compiled: false, processes: 2, max_processes: 2}
 budgets:
   max_new_graph_breaks: 0
 """
@@ -108,7 +112,11 @@ class Runner:
         event_path = self.tmp / f"event-{self.count}.json"
         event_path.write_text(json.dumps(payload))
         outputs = self.tmp / f"output-{self.count}"
-        environ = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "PERFCHECK_"))}
+        environ = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("GITHUB_", "PERFCHECK_")) or k == SHARED_CACHE_ENV  # (conftest.py)
+        }
         environ |= {
             "GITHUB_ACTION_PATH": str(REPO_ROOT),
             "GITHUB_EVENT_NAME": event,

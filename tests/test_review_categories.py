@@ -19,7 +19,7 @@ def only(review: Review, category: str) -> list[Finding]:
 
 
 def test_demo_head_adds_a_graph_break_at_the_item_line_and_changes_the_ir(review: ReviewFn) -> None:
-    result = review(DEMO / "base", DEMO / "head")
+    result = review(DEMO / "base", DEMO / "head", probes=("compile", "export"))  # what it checks
     [gb] = only(result, "graph_break_added")
     assert gb.location is not None
     assert (gb.location.path, gb.location.line, gb.location.function) == ("model.py", 17, "forward")

@@ -22,6 +22,9 @@ from perfcheck.config import Config, parse_config
 from perfcheck.runner.timing import shared_cpu
 from perfcheck.schema import Review
 
+# What these tests read is time: make test runs them after the parallel part, alone.
+pytestmark = pytest.mark.serial
+
 HEAVY = """\
 import re
 import sys
