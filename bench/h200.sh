@@ -10,6 +10,9 @@
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 #   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
+#   bench/h200.sh fsdp                                -> $OUT/fsdp-*/ (the fsdp probe: A/A on the built-in
+#                                                        LLaMA decoders with NCCL x1 and gloo x2, and the test
+#                                                        decoder with a planted per-layer branch and unwrapped layer)
 # Packages the image lacks (pydantic and its needs, perfcheck itself) travel as wheels in .whl/.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
@@ -134,5 +137,31 @@ EOF2
     echo "sweep: exit code $? · wall $(( $(date +%s) - start )) s"
     tail -8 "$OUT/sweep.log"
     ;;
-  *) echo "usage: bench/h200.sh processes|suite|demo|action|distributed|sweep ..." >&2; exit 2 ;;
+  fsdp)
+    # The fsdp probe with Inductor: an A/A of the built-in LLaMA decoders (bf16 parameters, fp32
+    # reductions) on NCCL with one rank, llama-tiny on two gloo ranks sharing the GPU, then the
+    # CPU tests' decoder with two planted changes (a per-layer branch, a layer left out of the wrap).
+    mkdir -p /tmp/tree
+    run() {  # NAME BASE HEAD CONFIG
+      start=$(date +%s)
+      timeout "${TIMEOUT:-240}" python3 -m perfcheck review --base "$2" --head "$3" --config "$4" --device cuda \
+        --probes fsdp --jobs 2 --out "$OUT/fsdp-$1" 2> "$OUT/fsdp-$1.log" > /dev/null
+      echo "fsdp $1: exit code $? · wall $(( $(date +%s) - start )) s"
+      grep "^\[" "$OUT/fsdp-$1.log" | tail -4
+      find "$OUT/fsdp-$1/probes" -type f ! -name '*.log' -delete 2>/dev/null
+    }
+    printf '%s\n' 'workloads:' '  - {name: llama-7b-layers, entry: llama-7b-layers, train: true}' \
+      '  - {name: llama-tiny, entry: llama-tiny, train: true}' \
+      'fsdp: {world_size: 1, backend: nccl, param_dtype: bfloat16, reduce_dtype: float32}' > /tmp/fsdp-nccl.yml
+    run nccl1 /tmp/tree /tmp/tree /tmp/fsdp-nccl.yml
+    printf '%s\n' 'workloads: [{name: llama-tiny, entry: llama-tiny, train: true}]' \
+      'fsdp: {world_size: 2, backend: gloo, variants: [eager, compiled_layers]}' > /tmp/fsdp-gloo.yml
+    run gloo2 /tmp/tree /tmp/tree /tmp/fsdp-gloo.yml
+    python3 bench/fsdp_trees.py /tmp/fp
+    printf '%s\n' 'workloads: [{name: decoder, entry: model.py:build}]' \
+      'fsdp: {world_size: 1, backend: nccl, wrap: [Block]}' > /tmp/fsdp-planted.yml
+    run planted /tmp/fp/base /tmp/fp/head /tmp/fsdp-planted.yml
+    tar czf "$OUT/fsdp.tgz" -C "$OUT" $(cd "$OUT" && ls -d fsdp-*) && rm -rf "$OUT"/fsdp-*
+    ;;
+  *) echo "usage: bench/h200.sh processes|suite|demo|action|distributed|sweep|fsdp ..." >&2; exit 2 ;;
 esac

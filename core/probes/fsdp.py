@@ -178,6 +178,7 @@ def _reuse(wl: str, pairs: list[tuple[str, FsdpVariant, FsdpVariant]]) -> list[F
     for code, seen in grown.items():
         _, old, g = seen[0]
         variants = ", ".join(name for name, _, _ in seen)
+        counts = sorted({h.graphs for _, _, h in seen})
         served = f" for {g.modules} layers" if g.modules else ""
         out.append(
             Finding(
@@ -186,7 +187,8 @@ def _reuse(wl: str, pairs: list[tuple[str, FsdpVariant, FsdpVariant]]) -> list[F
                 workload=wl,
                 probe="fsdp",
                 location=g.location,
-                message=f"{code} compiles {g.graphs} graphs{served} on head, {old.graphs} on base "
+                message=f"{code} compiles {'–'.join(map(str, counts))} graphs{served} on head, "
+                f"{old.graphs} on base "
                 f"({variants})" + (f": another graph each time `{g.guard}` fails" if g.guard else ""),
                 evidence={
                     "variants": variants,
@@ -423,7 +425,18 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
 # -- the workload table -----------------------------------------------------------------------
 
 
-def _cell(v: FsdpVariant | None, r: ProbeResult | None) -> str:
+def _layers(v: FsdpVariant, wrapped: list[str]) -> str:
+    """ " (3 for 4 layers)": the graphs of the wrapped layers' function (else of the function that
+    serves most modules), for the table."""
+    ours = [g for g in v.graphs if g.code.split(".")[0] in wrapped and g.modules]
+    group = max(ours or [g for g in v.graphs if g.modules], key=lambda g: g.modules, default=None)
+    if group is None:
+        return ""
+    what = "layers" if ours else f"{group.code.split('.')[0]} modules"
+    return f" ({group.graphs} for {group.modules} {what})"
+
+
+def _cell(v: FsdpVariant | None, r: ProbeResult | None, wrapped: list[str]) -> str:
     if v is None:
         return status_cell(r) or "—"
     if v.error:
@@ -437,8 +450,7 @@ def _cell(v: FsdpVariant | None, r: ProbeResult | None) -> str:
     graphs = ""
     if v.variant != "eager":
         breaks = sum(g.count for g in v.graph_breaks)
-        layered = max(v.graphs, key=lambda g: g.modules, default=None)
-        reuse = f" ({layered.graphs} for {layered.modules} layers)" if layered and layered.modules else ""
+        reuse = _layers(v, wrapped)
         plural = "s" if v.graph_count != 1 else ""
         graphs = f", {v.graph_count} graph{plural}{reuse}, {breaks} break{'s' if breaks != 1 else ''}"
     return f"{step}{graphs}, {comm}{overlap}"
@@ -466,8 +478,11 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
     ]
     bv = {v.variant: v for v in b.variants} if b else {}
     hv = {v.variant: v for v in h.variants} if h else {}
+    wrapped = sorted({*(b.wrap if b else []), *(h.wrap if h else [])})
     for name in [*bv, *[n for n in hv if n not in bv]]:
-        out.append(Row(f"FSDP {name}", _cell(bv.get(name), bd), _cell(hv.get(name), hd), ""))
+        out.append(
+            Row(f"FSDP {name}", _cell(bv.get(name), bd, wrapped), _cell(hv.get(name), hd, wrapped), "")
+        )
     return out
 
 
