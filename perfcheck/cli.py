@@ -573,8 +573,14 @@ def _no_workflow_commands() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    with _no_workflow_commands():
-        return int(args.func(args))
+    try:
+        with _no_workflow_commands():
+            return int(args.func(args))
+    except BrokenPipeError:
+        # The reader went away (`perfcheck trace diff --json | head`): stop quietly, as `cat`
+        # does; stdout goes to /dev/null so that the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a program a pipe stopped
 
 
 if __name__ == "__main__":

@@ -240,3 +240,16 @@ def test_a_missing_or_unrunnable_interpreter_is_bad_input_before_any_probe(
         err = capsys.readouterr().err
         assert f"{flag} {python}: no such executable file" in err and "Traceback" not in err
         assert not (out / "probes").exists()
+
+
+def test_a_reader_that_stops_early_gets_no_traceback() -> None:
+    """`perfcheck schema | head`: the pipe closes under the writer, which stops quietly."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "perfcheck", "schema"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.read(10)
+    proc.stdout.close()  # before the rest of the 45 kB schema is written
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) in (0, 141)
+    assert b"Traceback" not in err and b"BrokenPipe" not in err
