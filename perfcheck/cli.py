@@ -14,6 +14,7 @@ from typing import Any
 
 from perfcheck import __version__
 from perfcheck.argtypes import positive
+from perfcheck.bisect_cli import add_bisect_parser
 from perfcheck.config import default_probes, probe_names
 from perfcheck.history_cli import add_history_parser
 from perfcheck.report_cli import add_html_parser
@@ -357,6 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_history_parser(sub)
     add_html_parser(sub)
     add_sweep_parser(sub)
+    add_bisect_parser(sub, _names)
     return parser
 
 
@@ -447,7 +449,7 @@ def _add_schema_parser(sub: Any) -> None:
         "document",
         nargs="?",
         default="result",
-        choices=("result", "probe-run", "trace-summary", "trace-diff"),
+        choices=("result", "probe-run", "trace-summary", "trace-diff", "bisect"),
         help="which document (default %(default)s)",
     )
     schema.set_defaults(func=_cmd_schema)

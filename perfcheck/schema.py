@@ -12,6 +12,8 @@ from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from perfcheck.bisect_schema import BisectDoc
+
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
 SCHEMA_VERSION: Final = 2
 
@@ -609,6 +611,7 @@ DOCUMENTS: dict[str, type[BaseModel]] = {
     "probe-run": ProbeRun,
     "trace-summary": TraceSummaryDoc,
     "trace-diff": TraceDiffDoc,
+    "bisect": BisectDoc,
 }
 
 

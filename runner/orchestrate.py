@@ -244,7 +244,7 @@ def _outcome(result: ProbeResult) -> str:
     )
 
 
-def _spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
+def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
     kind = probes.get(probe)
     settings = kind.settings_of(run.config) if kind is not None else None
     return ProbeSpec(
@@ -290,7 +290,7 @@ def run_review(
             # Its cold compile fills the cache the timing probe's processes of this side start from.
             cache = side_caches(workdir, wl.name)[side.side]
             shutil.rmtree(cache, ignore_errors=True)
-        result = run_probe(_spec(run, wl, probe, side), side.python, wl.timeout_s, workdir, cache)
+        result = run_probe(probe_spec(run, wl, probe, side), side.python, wl.timeout_s, workdir, cache)
         task.finish(_outcome(result))
         return result
 
@@ -309,8 +309,8 @@ def run_review(
             t.note(f"pair {n} of {run.config.timing.processes}–{run.config.timing.max_processes}: {state}")
 
         pair = run_paired(
-            _spec(run, wl, probe, run.base),
-            _spec(run, wl, probe, run.head),
+            probe_spec(run, wl, probe, run.base),
+            probe_spec(run, wl, probe, run.head),
             run.base,
             run.head,
             workdir,

@@ -26,6 +26,7 @@ SUBCOMMANDS = (
     "history",
     "html",
     "sweep",
+    "bisect",
 )
 
 

@@ -243,7 +243,8 @@ def _help(*command: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "command", ["review", "probe", "report", "schema", "render", "plan", "publish", "serve", "html", "sweep"]
+    "command",
+    ["review", "probe", "report", "schema", "render", "plan", "publish", "serve", "html", "sweep", "bisect"],
 )
 def test_every_command_says_what_its_exit_codes_mean(command: str) -> None:
     assert "Exit codes: 0" in _help(command)

@@ -1,0 +1,164 @@
+"""What `perfcheck bisect` decides, without I/O: what a finding is (so that it can be looked for at
+another commit), which commit to probe next, and what the search found, as Markdown.
+
+Commits are indexed along first-parent history: 0 is `good` (the finding absent by definition:
+the review compared against it), n is `bad` (present). A finding's search keeps the last index
+known absent and the first known present; each probe run halves what lies between.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from perfcheck.bisect_schema import BisectDoc
+from perfcheck.core.markdown import cell, code
+from perfcheck.schema import Finding
+
+# Measured findings need the gate's statistics at every step; these bisect only on request.
+MEASURED = frozenset(
+    {
+        "throughput_regression",
+        "host_overhead_regression",
+        "memory_regression",
+        "compile_latency_regression",
+        "environment_mismatch",
+        "kernel_mix_changed",
+        "fsdp_overlap_drop",
+        "ddp_overlap_drop",
+    }
+)
+# Not a property of the code at one commit: a probe that broke is looked at in its log.
+UNBISECTABLE = frozenset({"probe_crashed", "probe_timeout"})
+
+_NUMBERS = re.compile(r"\d+(\.\d+)?")
+
+
+@dataclass(frozen=True)
+class Target:
+    """One thing to look for at other commits."""
+
+    key: str
+    label: str
+    category: str
+    workload: str
+    probe: str
+
+
+def targets(f: Finding) -> list[Target]:
+    """What ``f`` is, in terms that hold at any commit: a graph break by its type and source text,
+    an op by its name, a changed IR op by op (two commits can each change the IR), else the
+    category and where. Line numbers never: earlier commits move lines."""
+    where = f.location.code if f.location and f.location.code else ""
+    ev = f.evidence
+
+    def one(what: str, label: str) -> Target:
+        return Target(f"{f.category}|{f.workload}|{what}", label, f.category, f.workload, f.probe)
+
+    if f.category == "export_ir_changed" and isinstance(ev.get("op_diff"), dict) and ev["op_diff"]:
+        return [
+            one(f"op={op}", f"exported IR: {op} {counts[0]} → {counts[1]}")
+            for op, counts in sorted(ev["op_diff"].items())
+            if isinstance(counts, list | tuple) and len(counts) == 2
+        ]
+    if f.category in ("graph_break_added", "amp_fp32_fallback"):
+        kind = str(ev.get("break_type", ""))[:200]
+        return [one(f"{kind}|{where}", f"{f.message.splitlines()[0][:160]}")]
+    for field_name in ("op", "guard_expression", "parameter", "code"):
+        if field_name in ev:
+            return [one(f"{field_name}={ev[field_name]}", f.message.splitlines()[0][:160])]
+    # Otherwise the message without its numbers (counts and sizes differ between commits).
+    return [
+        one(f"{where}|{_NUMBERS.sub('#', f.message.splitlines()[0])[:200]}", f.message.splitlines()[0][:160])
+    ]
+
+
+def bisectable(f: Finding) -> bool:
+    """Structural findings: exact at any commit, so one probe run says present or absent."""
+    return f.severity != "info" and f.category not in UNBISECTABLE | MEASURED
+
+
+def measured(f: Finding) -> bool:
+    """Timing-class findings: listed, not searched (a step would need the gate's paired runs)."""
+    return f.severity != "info" and f.category in MEASURED
+
+
+@dataclass
+class Search:
+    """One target's interval: ``good`` absent, ``bad`` present, ``skipped`` not probeable."""
+
+    target: Target
+    good: int
+    bad: int
+    skipped: set[int] = field(default_factory=set)
+    runs: int = 0
+
+    def open(self) -> list[int]:
+        return [i for i in range(self.good + 1, self.bad) if i not in self.skipped]
+
+    def done(self) -> bool:
+        return not self.open()
+
+    def next(self) -> int | None:
+        """The untried commit nearest the middle of the interval."""
+        left = self.open()
+        if not left:
+            return None
+        middle = (self.good + self.bad) / 2
+        return min(left, key=lambda i: (abs(i - middle), i))
+
+    def record(self, index: int, present: bool | None) -> None:
+        """What a probe run at ``index`` showed: present, absent, or None (the commit is skipped)."""
+        if not self.good < index < self.bad:
+            return
+        self.runs += 1
+        if present is None:
+            self.skipped.add(index)
+        elif present:
+            self.bad = index
+        else:
+            self.good = index
+
+    def candidates(self) -> list[int]:
+        """Every index that may be the first bad one: ``bad`` and the skipped ones before it."""
+        return [i for i in range(self.good + 1, self.bad + 1) if i == self.bad or i in self.skipped]
+
+
+def next_index(searches: list[Search]) -> int | None:
+    """The commit to probe next for one finding path: the first unfinished search's middle."""
+    for s in searches:
+        nxt = s.next()
+        if nxt is not None:
+            return nxt
+    return None
+
+
+def markdown(doc: BisectDoc) -> str:
+    """The review comment's section: where each finding came from."""
+    if not doc.findings:
+        return ""
+    lines = [
+        f"#### Where each finding came from ({doc.commits} commit{'s' if doc.commits != 1 else ''}, "
+        f"{doc.probe_runs} probe run{'s' if doc.probe_runs != 1 else ''})",
+        "",
+        "| finding | first bad commit | last good commit |",
+        "|---|---|---|",
+    ]
+    for f in doc.findings:
+        if f.outcome == "found" and f.first_bad is not None:
+            sha = code(f.first_bad.sha[:10], in_table=True)
+            bad = f"{sha} {cell(f.first_bad.subject)} ({cell(f.first_bad.author)})"
+        elif f.outcome == "ambiguous":
+            bad = (
+                "one of "
+                + ", ".join(code(c.sha[:10], in_table=True) for c in f.candidates)
+                + " (skipped commits between)"
+            )
+        else:
+            bad = cell(f.note or "not bisected")
+        good = code(f.last_good.sha[:10], in_table=True) if f.last_good else "—"
+        lines.append(f"| {cell(f.label)} · {cell(f.workload)} | {bad} | {good} |")
+    if doc.skipped:
+        shown = ", ".join(f"{code(s.sha[:10])} ({cell(s.why[:80])})" for s in doc.skipped[:5])
+        lines += ["", f"Skipped (could not be probed): {shown}"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,248 @@
+"""`perfcheck bisect`: the first commit of a range that introduced each finding of its review.
+
+The good → bad review runs first (perfcheck.review, both trees as commits of the repository).
+Each of its findings (structural ones; see core/bisect.py) is then searched for along the
+first-parent commits between: a commit's tree is written out with ``git archive`` (the user's
+work tree and index are never touched), only the probe that found it runs there, on that side
+alone, and its result is compared with good's as the review compares head with base. One probe
+run at a commit serves every finding of that workload and probe, and no commit is probed twice.
+A commit whose workload does not build is skipped, as ``git bisect skip`` does.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tarfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfcheck.bisect_schema import BisectDoc, Commit, Located, Skipped
+from perfcheck.config import Config, WorkloadConfig
+from perfcheck.core import bisect as search
+from perfcheck.core import probes as probe_kinds
+from perfcheck.core.compare import compare_workload
+from perfcheck.review import ReviewRequest, UsageError, select_workloads
+from perfcheck.review import run as run_review
+from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
+from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
+
+
+def _git(repo: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=120, check=False
+    )
+    if done.returncode != 0:
+        raise UsageError(f"git {' '.join(args)}: {(done.stderr.strip().splitlines() or ['failed'])[-1]}")
+    return done.stdout
+
+
+def resolve(repo: Path, rev: str, flag: str) -> str:
+    if rev.startswith("-"):
+        raise UsageError(f"{flag} {rev!r}: expected a revision, not an option")
+    try:
+        return _git(repo, "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}").strip()
+    except UsageError:
+        raise UsageError(f"{flag} {rev!r}: no such commit in {repo}") from None
+
+
+def commit_info(repo: Path, sha: str) -> Commit:
+    subject, author = _git(repo, "show", "-s", "--format=%s%x00%an", sha).rstrip("\n").split("\0", 1)
+    return Commit(sha=sha, subject=subject, author=author)
+
+
+def first_parent_range(repo: Path, good: str, bad: str) -> list[str]:
+    """good, then each first-parent commit after it up to bad. Refuses a good that is not an
+    ancestor of bad (the range would not be a history)."""
+    if subprocess.run(
+        ["git", "-C", str(repo), "merge-base", "--is-ancestor", good, bad], capture_output=True, check=False
+    ).returncode:
+        raise UsageError(
+            f"--good {good[:10]} is not an ancestor of --bad {bad[:10]}: nothing to bisect between"
+        )
+    after = _git(repo, "rev-list", "--first-parent", "--reverse", f"{good}..{bad}").split()
+    if not after:
+        raise UsageError("--good and --bad are the same commit: nothing to bisect")
+    return [good, *after]
+
+
+def write_tree(repo: Path, sha: str, dest: Path) -> Path:
+    """The commit's files under ``dest`` (``git archive``: no checkout, no index)."""
+    if dest.is_dir():
+        return dest
+    partial = dest.with_name(dest.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with subprocess.Popen(
+        ["git", "-C", str(repo), "archive", "--format=tar", sha], stdout=subprocess.PIPE
+    ) as proc:
+        assert proc.stdout is not None
+        with tarfile.open(fileobj=proc.stdout, mode="r|") as tar:
+            tar.extractall(partial, filter="data")
+    if proc.returncode:
+        raise UsageError(f"git archive {sha[:10]} failed")
+    partial.rename(dest)
+    return dest
+
+
+@dataclass(frozen=True)
+class BisectRequest:
+    repo: Path
+    good: str
+    bad: str
+    config: Config | None  # None: the good commit's perfcheck.yml (the gate), else the built-in
+    out_dir: Path
+    workloads: tuple[str, ...] = ()
+    probes: tuple[str, ...] = ()
+    timing: bool = False
+    device: str = "cpu"
+
+
+Progress = Callable[[str], None]
+
+
+class _Probed:
+    """Every probe run of the search, by commit index, workload and probe: none runs twice."""
+
+    def __init__(self, run: ReviewRun, trees: Callable[[int], Path], workdir: Path) -> None:
+        self.run, self.trees, self.workdir = run, trees, workdir
+        self.results: dict[tuple[int, str, str], ProbeResult] = {}
+        self.count = 0
+
+    def get(self, index: int, wl: WorkloadConfig, probe: str) -> ProbeResult:
+        key = (index, wl.name, probe)
+        if key not in self.results:
+            side = SideSetup("head", self.trees(index))
+            folder = self.workdir / f"commit-{index}"
+            folder.mkdir(parents=True, exist_ok=True)
+            spec = probe_spec(self.run, wl, probe, side)
+            self.results[key] = run_probe(spec, side.python, wl.timeout_s, folder)
+            self.count += 1
+        return self.results[key]
+
+
+def _default_probes(timing: bool) -> tuple[str, ...]:
+    return tuple(p for p in probe_kinds.defaults() if timing or p != "timing")
+
+
+def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Review]:
+    repo = request.repo.resolve()
+    if not (repo / ".git").exists() and _git(repo, "rev-parse", "--is-inside-work-tree").strip() != "true":
+        raise UsageError(f"--repo {request.repo}: not a git repository")
+    good = resolve(repo, request.good, "--good")
+    bad = resolve(repo, request.bad, "--bad")
+    shas = first_parent_range(repo, good, bad)
+    out = request.out_dir
+    trees_dir = out / "trees"
+
+    def tree(index: int) -> Path:
+        return write_tree(repo, shas[index], trees_dir / shas[index][:12])
+
+    from perfcheck.config import review_config
+
+    config, origin = (
+        (request.config, "given") if request.config else review_config(None, tree(0), tree(len(shas) - 1))
+    )
+    probes = request.probes or _default_probes(request.timing)
+    progress(f"review {good[:10]} → {bad[:10]} ({len(shas) - 1} commits), probes {', '.join(probes)}")
+    review, _ = run_review(
+        ReviewRequest(
+            base=tree(0),
+            head=tree(len(shas) - 1),
+            config=config,
+            out_dir=out / "review",
+            device=request.device,
+            workloads=request.workloads,
+            probes=probes,
+            config_origin=origin,
+        )
+    )
+    workloads = {w.name: w for w in select_workloads(config, request.workloads)}
+    by_side = {w.name: w for w in review.workloads}
+    run = ReviewRun(
+        base=SideSetup("base", tree(0)),
+        head=SideSetup("head", tree(len(shas) - 1)),
+        config=config,
+        device=request.device,
+        workloads=list(workloads.values()),
+        probes=probes,
+        out_dir=out,
+    )
+    probed = _Probed(run, tree, (out / "bisect-probes").resolve())
+    n = len(shas) - 1
+    located: list[Located] = []
+    skipped: dict[tuple[int, str], str] = {}
+    paths: dict[tuple[str, str], list[search.Search]] = {}
+    for f in review.findings:
+        if search.measured(f):
+            located.append(_not_bisected(f))
+        if not search.bisectable(f):
+            continue
+        for t in search.targets(f):
+            paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
+    for (wl_name, probe), searches in paths.items():
+        base = next((r for r in by_side[wl_name].base if r.probe == probe), None)
+        wl = workloads.get(wl_name)
+        if base is None or wl is None:
+            continue
+        while (index := search.next_index(searches)) is not None:
+            progress(f"commit {index}/{n} {shas[index][:10]} · {wl_name} · {probe}")
+            result = probed.get(index, wl, probe)
+            present = _present(result, base, wl_name, config)
+            if present is None:
+                skipped[(index, wl_name)] = (result.message or result.status).splitlines()[0][:300]
+            for s in searches:
+                s.record(index, None if present is None else s.target.key in present)
+        located += [_located(s, shas, repo) for s in searches]
+    doc = BisectDoc(
+        good=commit_info(repo, good),
+        bad=commit_info(repo, bad),
+        commits=n,
+        probes=list(probes),
+        findings=located,
+        skipped=[Skipped(sha=shas[i], workload=w, why=why) for (i, w), why in sorted(skipped.items())],
+        probe_runs=probed.count,
+    )
+    return doc, review
+
+
+def _present(result: ProbeResult, base: ProbeResult, workload: str, config: Config) -> set[str] | None:
+    """The keys of what comparing this commit's result with good's finds; None: skip the commit
+    (its workload does not build or its probe did not finish)."""
+    if result.status != "ok" and (result.workload_failed or result.status in ("crashed", "timeout")):
+        return None
+    found = compare_workload(WorkloadReview(name=workload, base=[base], head=[result]), config).findings
+    return {t.key for f in found for t in search.targets(f)}
+
+
+def _not_bisected(f: Finding) -> Located:
+    return Located(
+        key=f"{f.category}|{f.workload}",
+        label=f.message.splitlines()[0][:160],
+        category=f.category,
+        workload=f.workload,
+        probe=f.probe,
+        outcome="not_bisected",
+        note="a timing finding: each step would need the gate's paired runs; not bisected yet",
+    )
+
+
+def _located(s: search.Search, shas: list[str], repo: Path) -> Located:
+    t = s.target
+    last_good = commit_info(repo, shas[s.good])
+    candidates = s.candidates()
+    ambiguous = len(candidates) > 1
+    return Located(
+        key=t.key,
+        label=t.label,
+        category=t.category,
+        workload=t.workload,
+        probe=t.probe,
+        outcome="ambiguous" if ambiguous else "found",
+        first_bad=None if ambiguous else commit_info(repo, shas[s.bad]),
+        last_good=last_good,
+        candidates=[commit_info(repo, shas[i]) for i in candidates] if ambiguous else [],
+        probe_runs=s.runs,
+        note="skipped commits lie between the last good and the first bad one" if ambiguous else None,
+    )
