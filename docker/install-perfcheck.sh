@@ -29,6 +29,10 @@ case "$kind" in
       echo "install-perfcheck: torch changed from $before to $after" >&2
       exit 1
     fi
+    # torch warns "Failed to initialize NumPy" in every probe log without it; an image's own numpy stays.
+    if ! "$python" -c 'import numpy' 2>/dev/null; then
+      "$python" -m pip install --no-cache-dir --disable-pip-version-check -c "$src/constraints.txt" numpy
+    fi
     "$python" -c 'import torch, perfcheck.runner.worker, perfcheck.runner.timing_worker'
     ;;
   bot)
