@@ -115,11 +115,17 @@ def test_identical_code_passes_on_a_loaded_machine(
     # the budget is one such a runner can hold (the default 2.3 % is for a GPU's device time).
     budget = "budgets: {max_throughput_regression_pct: 5}"
     result = review(tree, tree, config=timing_config(extra=budget), probes=("timing",))
-    assert result.verdict == "pass", result.inconclusive
+    # Never a regression. Usually a pass; once in a few runs the 0.5 ms step's per-process scatter
+    # leaves the interval straddling the budget after all nine pairs (seen: -4.3 %, -13.0 … +5.1 %),
+    # and then the honest verdict is inconclusive, saying so.
+    assert not [f for f in result.findings if f.severity == "error"], result.findings
+    assert result.verdict in ("pass", "inconclusive"), result.verdict
+    if result.verdict == "inconclusive":
+        assert any("straddles" in why for why in result.inconclusive), result.inconclusive
     change = result.workloads[0].timing
     assert change is not None and change.bound == "cpu"
     [step] = change.metrics
-    assert step.decides and step.verdict == "pass" and step.processes >= 3
+    assert step.decides and step.verdict == result.verdict and step.processes >= 3
     base, head = result.workloads[0].base[0].timing, result.workloads[0].head[0].timing
     assert base is not None and head is not None
     assert len(base.processes) == len(head.processes) == step.processes
