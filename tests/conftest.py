@@ -100,7 +100,6 @@ def review(tmp_path: Path) -> ReviewFn:
                 config=config or fast_config(),
                 out_dir=tmp_path / "out",
                 probes=probes,
-                jobs=2,  # base and head side by side: a core the other test leaves idle gets used
             )
         )
         assert comment.startswith("<!-- perfcheck:review -->")
