@@ -23,7 +23,7 @@ from perfcheck.config import Config, WorkloadConfig
 from perfcheck.core import bisect as search
 from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
-from perfcheck.review import ReviewRequest, UsageError, select_workloads
+from perfcheck.review import ReviewRequest, UsageError, select_probes, select_workloads
 from perfcheck.review import run as run_review
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
@@ -128,8 +128,15 @@ def _default_probes(timing: bool) -> tuple[str, ...]:
 
 def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Review]:
     repo = request.repo.resolve()
-    if not (repo / ".git").exists() and _git(repo, "rev-parse", "--is-inside-work-tree").strip() != "true":
+    inside = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
         raise UsageError(f"--repo {request.repo}: not a git repository")
+    select_probes(request.probes)  # before any tree is written out
     good = resolve(repo, request.good, "--good")
     bad = resolve(repo, request.bad, "--bad")
     shas = first_parent_range(repo, good, bad)

@@ -172,3 +172,31 @@ def test_the_section_escapes_what_the_commits_say() -> None:
     text = markdown(doc)
     assert "@everyone" not in text and "<b>" not in text and "#12" not in text.replace("#<!-- -->12", "")
     assert json.loads(doc.model_dump_json())["schema_version"] == 1
+
+
+def test_a_folder_that_is_no_repository_or_an_unknown_probe_is_refused_first(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    done = perfcheck_cli("bisect", "--repo", str(plain), "--good", "a", "--bad", "b")
+    assert done.returncode == 2 and "not a git repository" in done.stderr, done.stderr
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    good = _commit(repo, "one", {"model.py": MODEL.replace("{change}", "pass")})
+    _commit(repo, "two", {"README.md": "x\n"})
+    out = tmp_path / "out"
+    done = perfcheck_cli(
+        "bisect",
+        "--repo",
+        str(repo),
+        "--good",
+        good,
+        "--bad",
+        "main",
+        "--probes",
+        "nosuch",
+        "--out",
+        str(out),
+    )
+    assert done.returncode == 2 and "unknown probe(s) nosuch" in done.stderr, done.stderr
+    assert not out.exists()  # no tree was written out
