@@ -114,7 +114,7 @@ def _config(text: str) -> Any:
 def run(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     cpu = shared_cpu()
-    for name in args.models.split(","):
+    for name in args.models:
         with tempfile.TemporaryDirectory(prefix="perfcheck-trust-") as tmp:
             root = Path(tmp)
             base_tree = _tree(root / "base")
@@ -340,12 +340,24 @@ def report(results: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _models(value: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in value.split(",") if n.strip())
+    unknown = [n for n in names if n not in MODELS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(
+            f"unknown model(s) {', '.join(unknown) or value!r}; known: {', '.join(MODELS)}"
+        )
+    return names
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="time pairs of worker processes and record every process")
     r.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    r.add_argument("--models", default="llama_tiny", help=f"comma-separated, from {', '.join(MODELS)}")
+    r.add_argument(
+        "--models", type=_models, default=("llama_tiny",), help=f"comma-separated, from {', '.join(MODELS)}"
+    )
     r.add_argument("--pairs", type=int, default=30, help="process pairs per model")
     r.add_argument("--batch", type=int, default=6, help="pairs set up at once (after the first)")
     r.add_argument(
