@@ -16,7 +16,7 @@ from typing import Any
 from perfcheck.core.trace.intervals import covered, merge, shared
 from perfcheck.schema import Collective
 
-_DTYPE_BYTES = {
+DTYPE_BYTES = {
     "float": 4, "float32": 4, "c10::float": 4,
     "double": 8, "float64": 8,
     "c10::half": 2, "half": 2, "float16": 2,
@@ -58,7 +58,7 @@ def collectives(events: Iterable[dict[str, Any]], world_size: int, steps: int = 
             continue
         dtype = str(args.get("dtype", "unknown"))
         nelems = int(args.get("In msg nelems") or 0)
-        size = _DTYPE_BYTES.get(dtype.lower(), 0)
+        size = DTYPE_BYTES.get(dtype.lower(), 0)
         seen[(_op(op), int(args.get("Group size") or world_size), dtype, nelems * size)] += 1
     if not nccl:
         for e in done:
@@ -67,7 +67,7 @@ def collectives(events: Iterable[dict[str, Any]], world_size: int, steps: int = 
                 continue
             args = e.get("args") or {}
             dtype = str((args.get("Input type") or ["unknown"])[0])
-            size = _DTYPE_BYTES.get(dtype.lower(), 0)
+            size = DTYPE_BYTES.get(dtype.lower(), 0)
             seen[(_op(name.split(":", 1)[1]), world_size, dtype, _nelems(args.get("Input Dims")) * size)] += 1
     return [
         Collective(op=op, group_size=g, dtype=dtype, bytes=b, count=max(1, round(n / steps)))

@@ -36,7 +36,7 @@ from perfcheck.spec import ProbeSpec
 PROFILED_STEPS = 3
 
 
-def _device(spec: ProbeSpec, local_rank: int) -> str:
+def rank_device(spec: ProbeSpec, local_rank: int) -> str:
     if spec.device != "cuda":
         return "cpu"
     # One GPU per rank when there are enough; otherwise ranks share (gloo on one GPU).
@@ -49,7 +49,7 @@ def _backend_name(spec: ProbeSpec) -> str:
     return "nccl" if spec.device == "cuda" else "gloo"
 
 
-class _Recorder:
+class Recorder:
     """Wraps the configured backend: counts the graphs it is handed and hashes their code."""
 
     def __init__(self, backend: str) -> None:
@@ -61,7 +61,7 @@ class _Recorder:
         return self.inner(gm, example_inputs)
 
 
-def _wrap(variant: str, model: torch.nn.Module, device: str, spec: ProbeSpec, rec: _Recorder) -> Any:
+def _wrap(variant: str, model: torch.nn.Module, device: str, spec: ProbeSpec, rec: Recorder) -> Any:
     ids = [int(device.split(":")[1])] if device.startswith("cuda:") else None
 
     def ddp(module: Any) -> DistributedDataParallel:
@@ -98,7 +98,7 @@ def run_variant(
     built = call_build(load_build(spec.workload.entry, tree), device)
     model, inputs = built.model, built.inputs
     model = steps.prepare(model, train=True)
-    rec = _Recorder(spec.compile.backend)
+    rec = Recorder(spec.compile.backend)
     net = _wrap(variant, model, device, spec, rec)
     # DDP only does its work in backward, so the probe always trains, whatever the workload says.
     step = steps.make_step(net, True, spec.workload.amp, "cuda" if device.startswith("cuda") else "cpu")
@@ -149,7 +149,7 @@ def main(argv: list[str]) -> int:
     out_dir = Path(argv[1])
     tree = Path(spec.tree)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    device = _device(spec, local_rank)
+    device = rank_device(spec, local_rank)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     dist.init_process_group(_backend_name(spec))

@@ -12,7 +12,6 @@ made. Rank 0 gathers the ranks' graph hashes and writes OUT_DIR/fsdp.json.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -45,8 +44,8 @@ from perfcheck.core.probes.fsdp import (
 )
 from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
-from perfcheck.runner.comm_trace import STEP_MARK, comm_overlap_pct
-from perfcheck.runner.ddp_worker import gather_lines
+from perfcheck.runner.comm_trace import DTYPE_BYTES, STEP_MARK, comm_overlap_pct
+from perfcheck.runner.ddp_worker import Recorder, gather_lines, rank_device
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.locate import innermost_user_frame, relative_path, to_location
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
@@ -55,7 +54,6 @@ from perfcheck.spec import ProbeSpec
 
 PROFILED_STEPS = 2
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-_BYTES = {"float": 4, "c10::bfloat16": 2, "c10::half": 2, "double": 8, "long int": 8, "int": 4}
 
 
 # -- where the workload itself shards ---------------------------------------------------------
@@ -140,24 +138,22 @@ def _shard(model: torch.nn.Module, settings: FsdpSettings, mesh: DeviceMesh) -> 
 # -- what Dynamo compiled ---------------------------------------------------------------------
 
 
-class _Recorder:
-    """Wraps the configured backend: hashes each graph it is handed and notes the function Dynamo
-    was compiling (its code object) when it handed it over."""
+class _Recorder(Recorder):
+    """The ddp probe's recorder, noting also the function Dynamo was compiling (its code object)
+    when it handed the graph over."""
 
     def __init__(self, backend: str) -> None:
-        self.inner = torch._dynamo.lookup_backend(backend)
-        self.hashes: list[str] = []
+        super().__init__(backend)
         self.codes: list[Any] = []
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        self.hashes.append(hashlib.sha256(gm.code.encode()).hexdigest()[:16])
         code = None
         with contextlib.suppress(Exception):  # an internal of Dynamo; without it, no grouping
             from torch._dynamo.symbolic_convert import InstructionTranslator
 
             code = InstructionTranslator.current_tx().f_code
         self.codes.append(code)
-        return self.inner(gm, example_inputs)
+        return super().__call__(gm, example_inputs)
 
 
 def _owner(code: Any, model: torch.nn.Module) -> tuple[str, int]:
@@ -262,7 +258,7 @@ def _message(args: dict[str, Any]) -> tuple[str, int]:
     for d, t in list(zip(dims, types, strict=False))[:2]:
         shapes = d if d and isinstance(d[0], list) else [d]
         n = sum(int(torch.Size(s).numel()) for s in shapes if isinstance(s, list))
-        size = _BYTES.get(str(t).lower(), 0)
+        size = DTYPE_BYTES.get(str(t).lower(), 0)
         if n * size >= best:
             best, dtype = n * size, str(t)
     return dtype, best
@@ -472,17 +468,11 @@ def layout_pass(
     return params, _merge(moved), outs
 
 
-def _device(spec: ProbeSpec, local_rank: int) -> str:
-    if spec.device != "cuda":
-        return "cpu"
-    return f"cuda:{local_rank % max(1, torch.cuda.device_count())}"
-
-
 def main(argv: list[str]) -> int:
     spec = load_model(ProbeSpec, Path(argv[0]).read_bytes(), argv[0])
     settings = FsdpSettings.model_validate(spec.settings)
     out_dir, tree = Path(argv[1]), Path(spec.tree)
-    device = _device(spec, int(os.environ.get("LOCAL_RANK", "0")))
+    device = rank_device(spec, int(os.environ.get("LOCAL_RANK", "0")))
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
     backend = (

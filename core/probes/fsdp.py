@@ -408,16 +408,19 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     for name, hv in _ok(h).items():
         rank = _ranks(wl, name, bv.get(name), hv)
         findings += [rank] if rank else []
-    drifts: dict[str, list[str]] = {}  # one finding for the same change in several variants
+    # The same change of collectives in several variants is one finding naming them all.
+    drifts: dict[str, list[tuple[str, FsdpVariant, FsdpVariant]]] = {}
     for name, old, hv in pairs:
-        drift = _drift(wl, name, old, hv)
-        if drift is not None:
-            drifts.setdefault(str((drift.evidence["added"], drift.evidence["removed"])), []).append(name)
+        before, after = _keys(old), _keys(hv)
+        if before != after:
+            change = str(
+                (sorted((after - before).items(), key=str), sorted((before - after).items(), key=str))
+            )
+            drifts.setdefault(change, []).append((name, old, hv))
         overlap = _overlap(wl, name, old, hv, config, h.backend)
         findings += [overlap] if overlap else []
-    for names in drifts.values():
-        first = next(p for p in pairs if p[0] == names[0])
-        drift = _drift(wl, ", ".join(names), first[1], first[2])
+    for same in drifts.values():
+        drift = _drift(wl, ", ".join(n for n, _, _ in same), same[0][1], same[0][2])
         findings += [drift] if drift else []
     return Compared(findings=findings)
 
