@@ -55,6 +55,8 @@ case "$mode" in
     if [[ -n "${PERFCHECK_WORKLOADS:-}" ]]; then args+=(--workloads "$PERFCHECK_WORKLOADS"); fi
     if [[ -n "${PERFCHECK_PROBES:-}" ]]; then args+=(--probes "$PERFCHECK_PROBES"); fi
     if [[ -n "${PERFCHECK_SHA:-}" ]]; then args+=(--head-sha "$PERFCHECK_SHA"); fi
+    args+=(--bisect "${PERFCHECK_BISECT:-never}")
+    if [[ -n "${PERFCHECK_BASE_SHA:-}" ]]; then args+=(--base-sha "$PERFCHECK_BASE_SHA"); fi
     ;;
   report)
     mapfile -t results < <(printf '%s\n' "${PERFCHECK_PROBE_RESULTS:-}" | sed '/^[[:space:]]*$/d')

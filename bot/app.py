@@ -83,6 +83,7 @@ def dispatch_inputs(decided: Plan) -> dict[str, str]:
         "workloads": ",".join(decided.workloads),
         "probes": ",".join(decided.probes),
         "device": decided.device or "",
+        "bisect": decided.bisect,
     }
 
 

@@ -32,6 +32,9 @@ def usage() -> str:
  `[--sha SHA]`
 : review this PR's head commit now; from a fork, approves probing it on self-hosted runners: the
 head as it was when you commented, or exactly `--sha`
+`{PREFIX} bisect [--workloads a,b] [--probes …] [--device cpu|cuda] [--sha SHA]`
+: the same review, then the first commit of this PR that has each finding; from a fork, approves
+probing every commit of the PR up to that head
 `{PREFIX} ack CATEGORY [WORKLOAD] -- REASON`
 : accept a known change (e.g. `export_ir_changed mlp -- new fused op`), recorded with who, when and the commit
 `{PREFIX} help`
@@ -44,7 +47,7 @@ class CommandError(ValueError):
 
 @dataclass(frozen=True)
 class Command:
-    verb: str  # run | ack | help
+    verb: str  # run | bisect | ack | help
     workloads: tuple[str, ...] = ()
     probes: tuple[str, ...] = ()
     device: str | None = None
@@ -66,8 +69,8 @@ def _csv(value: str) -> tuple[str, ...]:
     return tuple(v for v in (x.strip() for x in value.split(",")) if v)
 
 
-def _run_parser() -> _Parser:
-    parser = _Parser(prog=f"{PREFIX} run", add_help=False)
+def _run_parser(verb: str) -> _Parser:
+    parser = _Parser(prog=f"{PREFIX} {verb}", add_help=False)
     parser.add_argument("--workloads", type=_csv, default=())
     parser.add_argument("--probes", type=_csv, default=())
     parser.add_argument("--device", choices=("cpu", "cuda"))
@@ -106,14 +109,20 @@ def parse_command(body: str) -> Command | None:
         if rest:
             raise CommandError("`help` takes no arguments")
         return Command(verb="help")
-    if verb == "run" or verb.startswith("--"):
-        args = _run_parser().parse_args(rest if verb == "run" else words)
+    if verb in ("run", "bisect") or verb.startswith("--"):
+        args = _run_parser(verb if verb == "bisect" else "run").parse_args(
+            rest if verb in ("run", "bisect") else words
+        )
         known = probe_names()
         unknown = [p for p in args.probes if p not in known]
         if unknown:
             raise CommandError(f"unknown probe(s) {', '.join(unknown)}; known: {', '.join(known)}")
         return Command(
-            verb="run", workloads=args.workloads, probes=args.probes, device=args.device, sha=args.sha
+            verb="bisect" if verb == "bisect" else "run",
+            workloads=args.workloads,
+            probes=args.probes,
+            device=args.device,
+            sha=args.sha,
         )
     if verb == "ack":
         if "--" not in rest:

@@ -36,6 +36,8 @@ from perfcheck.core import markdown
 
 # Collaborator permissions, weakest first; the API's `role_name` adds triage and maintain.
 PR_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review", "labeled")
+BisectMode = Literal["auto", "always", "never"]
+BISECT_MODES: tuple[BisectMode, ...] = ("auto", "always", "never")
 
 
 class Plan(BaseModel):
@@ -55,6 +57,10 @@ class Plan(BaseModel):
     probes: list[str] = []
     device: str | None = None
     awaiting_approval: bool = False
+    # Whether the probe job may bisect a failing review along the PR's commits (probe --bisect):
+    # auto only where every commit was pushed by someone with write access (not a fork), always
+    # when a writer asked with `/perfcheck bisect` (which approves the PR's commits to the head).
+    bisect: BisectMode = "never"
     ack: Ack | None = None
     reply: str | None = None
     reaction: Literal["eyes", "confused"] | None = None
@@ -155,6 +161,7 @@ def plan_pull_request(ev: PullRequestEvent, ctx: Context) -> Plan:
         event="pull_request",
         action=ev.action,
         repository=repo,
+        bisect="auto",
         **where,
     )
 
@@ -205,14 +212,16 @@ def _accepted(ev: IssueCommentEvent, cmd: Command, ctx: Context) -> Plan:
     refused = _unseen_head(pull, cmd, ev.comment.created_at, ctx.head_waiting_since)
     if refused is not None:
         return Plan(run=False, reason=refused[0], reply=refused[1], **{**common, "reaction": "confused"})
+    asked = "/perfcheck bisect" if cmd.verb == "bisect" else "/perfcheck"
     return Plan(
         run=True,
-        reason=f"/perfcheck by {who}, pinned to {pull.head.sha[:7]}",
+        reason=f"{asked} by {who}, pinned to {pull.head.sha[:7]}",
         head_sha=pull.head.sha,
         base_sha=pull.base.sha,
         workloads=list(cmd.workloads),
         probes=list(cmd.probes),
         device=cmd.device,
+        bisect="always" if cmd.verb == "bisect" else "never" if pull.from_fork else "auto",
         **common,
     )
 
@@ -312,6 +321,9 @@ def _dispatch_plan(
         return [w.strip() for w in str(value).split(",") if w.strip()]
 
     pr = str(inputs.get("pr") or inputs.get("pr_number") or "")
+    base = str(inputs.get("base_sha") or "")
+    # Whoever dispatches says whether the PR's commits may be bisected; unsaid, they may not.
+    mode = inputs.get("bisect")
     return Plan(
         run=True,
         reason=f"{event} requested",
@@ -323,6 +335,8 @@ def _dispatch_plan(
         workloads=words("workloads"),
         probes=words("probes"),
         device=str(inputs["device"]) if inputs.get("device") in ("cpu", "cuda") else None,
+        base_sha=base if re.fullmatch(r"[0-9a-f]{40}", base) else None,
+        bisect=mode if mode in BISECT_MODES else "never",
     )
 
 

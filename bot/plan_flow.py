@@ -75,6 +75,7 @@ def outputs(decided: Plan) -> dict[str, object]:
         "workloads": ",".join(decided.workloads),
         "probes": ",".join(decided.probes),
         "device": decided.device,
+        "bisect": decided.bisect,
         "plan": decided.model_dump_json(),
     }
 

@@ -133,6 +133,46 @@ def next_index(searches: list[Search]) -> int | None:
     return None
 
 
+def merge(docs: list[BisectDoc]) -> BisectDoc | None:
+    """One document from the shards' (each searched its own workloads over the same commits);
+    None when no shard bisected. ValueError when they searched different ranges."""
+    if not docs:
+        return None
+    first = docs[0]
+    for d in docs[1:]:
+        if (d.good, d.bad, d.commits) != (first.good, first.bad, first.commits):
+            raise ValueError(
+                f"shards bisected different ranges ({first.good.sha[:10]}..{first.bad.sha[:10]} and "
+                f"{d.good.sha[:10]}..{d.bad.sha[:10]})"
+            )
+    return first.model_copy(
+        update={
+            "probes": sorted({p for d in docs for p in d.probes}),
+            "findings": [f for d in docs for f in d.findings],
+            "skipped": [s for d in docs for s in d.skipped],
+            "probe_runs": sum(d.probe_runs for d in docs),
+        }
+    )
+
+
+def kept(doc: BisectDoc, findings: list[Finding], head_revision: str | None) -> BisectDoc | None:
+    """What of a probe job's document the review may show: it was written where the PR's code
+    ran, so only a search of this head (when its commit is known) and only entries for findings
+    the review itself found, each once."""
+    if head_revision is not None and doc.bad.sha != head_revision:
+        return None
+    known = {t.key for f in findings for t in targets(f)} | {
+        f"{f.category}|{f.workload}" for f in findings if measured(f)
+    }
+    seen: set[str] = set()
+    entries = []
+    for entry in doc.findings:
+        if entry.key in known and entry.key not in seen:
+            seen.add(entry.key)
+            entries.append(entry)
+    return doc.model_copy(update={"findings": entries}) if entries else None
+
+
 def markdown(doc: BisectDoc) -> str:
     """The review comment's section: where each finding came from."""
     if not doc.findings:
@@ -154,6 +194,10 @@ def markdown(doc: BisectDoc) -> str:
                 + ", ".join(code(c.sha[:10], in_table=True) for c in f.candidates)
                 + " (skipped commits between)"
             )
+        elif f.outcome == "present_at_good" and f.first_bad is not None:
+            bad = f"{cell(f.note or '')} ({code(f.first_bad.sha[:10], in_table=True)})"
+        elif f.outcome == "unfinished" and f.first_bad is not None:
+            bad = f"at or before {code(f.first_bad.sha[:10], in_table=True)}: {cell(f.note or '')}"
         else:
             bad = cell(f.note or "not bisected")
         good = code(f.last_good.sha[:10], in_table=True) if f.last_good else "—"

@@ -8,6 +8,7 @@ from typing import Any
 import jinja2
 
 from perfcheck.core import markdown, probes
+from perfcheck.core.bisect import markdown as bisect_markdown
 from perfcheck.core.charts import mermaid_step_chart
 from perfcheck.core.matrix import Entry, details, resolve, title, where_of
 from perfcheck.core.probes.kind import Row
@@ -129,6 +130,8 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
             for i, f in enumerate(review.findings, start=1)
         ],
         "chart": mermaid_step_chart(review),
+        # Built of escaped cells (core.bisect.markdown); the document came from the probe job.
+        "bisect": bisect_markdown(review.bisect) if review.bisect else "",
         "environment": environment_line(
             review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
             review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),

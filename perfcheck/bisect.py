@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import tarfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from perfcheck.bisect_schema import BisectDoc, Commit, Located, Skipped
 from perfcheck.config import Config, WorkloadConfig
@@ -26,7 +29,7 @@ from perfcheck.core.compare import compare_workload
 from perfcheck.review import ReviewRequest, UsageError, select_probes, select_workloads
 from perfcheck.review import run as run_review
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
-from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
+from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -113,7 +116,7 @@ class _Probed:
     def get(self, index: int, wl: WorkloadConfig, probe: str) -> ProbeResult:
         key = (index, wl.name, probe)
         if key not in self.results:
-            side = SideSetup("head", self.trees(index))
+            side = SideSetup("head", self.trees(index), self.run.head.python)
             folder = self.workdir / f"commit-{index}"
             folder.mkdir(parents=True, exist_ok=True)
             spec = probe_spec(self.run, wl, probe, side)
@@ -122,12 +125,20 @@ class _Probed:
         return self.results[key]
 
 
+@dataclass(frozen=True)
+class _Range:
+    """The commits searched: ``shas[0]`` the last one without the PR's changes, ``shas[-1]`` the head."""
+
+    repo: Path
+    shas: list[str]
+    trees: Callable[[int], Path]
+
+
 def _default_probes(timing: bool) -> tuple[str, ...]:
     return tuple(p for p in probe_kinds.defaults() if timing or p != "timing")
 
 
-def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Review]:
-    repo = request.repo.resolve()
+def _git_repo(repo: Path, flag: str) -> Path:
     inside = subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "--is-inside-work-tree"],
         capture_output=True,
@@ -135,7 +146,12 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
         check=False,
     )
     if inside.returncode != 0 or inside.stdout.strip() != "true":
-        raise UsageError(f"--repo {request.repo}: not a git repository")
+        raise UsageError(f"{flag} {repo}: not a git repository")
+    return repo.resolve()
+
+
+def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Review]:
+    repo = _git_repo(request.repo, "--repo")
     select_probes(request.probes)  # before any tree is written out
     good = resolve(repo, request.good, "--good")
     bad = resolve(repo, request.bad, "--bad")
@@ -165,53 +181,160 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
             config_origin=origin,
         )
     )
-    workloads = {w.name: w for w in select_workloads(config, request.workloads)}
-    by_side = {w.name: w for w in review.workloads}
     run = ReviewRun(
         base=SideSetup("base", tree(0)),
         head=SideSetup("head", tree(len(shas) - 1)),
         config=config,
         device=request.device,
-        workloads=list(workloads.values()),
+        workloads=select_workloads(config, request.workloads),
         probes=probes,
         out_dir=out,
     )
-    probed = _Probed(run, tree, (out / "bisect-probes").resolve())
-    n = len(shas) - 1
+    doc = _search(_Range(repo, shas, tree), review.workloads, review.findings, run, progress)
+    return doc, review
+
+
+def _search(
+    span: _Range,
+    reference: list[WorkloadReview],
+    findings: list[Finding],
+    run: ReviewRun,
+    progress: Progress,
+    budget_s: float | None = None,
+    check_good: bool = False,
+) -> BisectDoc:
+    """Where each of ``findings`` (of a review whose base results are ``reference``) first
+    appears along ``span``. ``check_good``: the range starts at a commit other than the review's
+    base (a PR's merge base), so a finding may be there already; it is probed first. No probe run
+    starts after ``budget_s``: what is not narrowed down by then is `unfinished`."""
+    shas, repo, n = span.shas, span.repo, len(span.shas) - 1
+    deadline = None if budget_s is None else time.monotonic() + budget_s
+    workloads = {w.name: w for w in run.workloads}
+    bases = {w.name: w for w in reference}
+    probed = _Probed(run, span.trees, (run.out_dir / "bisect-probes").resolve())
     located: list[Located] = []
     skipped: dict[tuple[int, str], str] = {}
     paths: dict[tuple[str, str], list[search.Search]] = {}
-    for f in review.findings:
+    for f in findings:
         if search.measured(f):
             located.append(_not_bisected(f))
         if not search.bisectable(f):
             continue
         for t in search.targets(f):
             paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
+    config = run.config
+
+    def present_at(index: int, wl: WorkloadConfig, base: ProbeResult) -> set[str] | None:
+        progress(f"commit {index}/{n} {shas[index][:10]} · {wl.name} · {base.probe}")
+        result = probed.get(index, wl, base.probe)
+        found = _present(result, base, wl.name, config)
+        if found is None:
+            skipped[(index, wl.name)] = (result.message or result.status).splitlines()[0][:300]
+        return found
+
     for (wl_name, probe), searches in paths.items():
-        base = next((r for r in by_side[wl_name].base if r.probe == probe), None)
         wl = workloads.get(wl_name)
+        base = next((r for r in bases[wl_name].base if r.probe == probe), None) if wl_name in bases else None
         if base is None or wl is None:
             continue
+        if check_good and n > 0 and (at_good := present_at(0, wl, base)):
+            located += [_at_good(s, shas, repo) for s in searches if s.target.key in at_good]
+            searches = [s for s in searches if s.target.key not in at_good]
         while (index := search.next_index(searches)) is not None:
-            progress(f"commit {index}/{n} {shas[index][:10]} · {wl_name} · {probe}")
-            result = probed.get(index, wl, probe)
-            present = _present(result, base, wl_name, config)
-            if present is None:
-                skipped[(index, wl_name)] = (result.message or result.status).splitlines()[0][:300]
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            present = present_at(index, wl, base)
             for s in searches:
                 s.record(index, None if present is None else s.target.key in present)
-        located += [_located(s, shas, repo) for s in searches]
-    doc = BisectDoc(
-        good=commit_info(repo, good),
-        bad=commit_info(repo, bad),
+        located += [_located(s, shas, repo, budget_s) for s in searches]
+    return BisectDoc(
+        good=commit_info(repo, shas[0]),
+        bad=commit_info(repo, shas[-1]),
         commits=n,
-        probes=list(probes),
+        probes=list(run.probes) or sorted({probe for _, probe in paths}),
         findings=located,
         skipped=[Skipped(sha=shas[i], workload=w, why=why) for (i, w), why in sorted(skipped.items())],
         probe_runs=probed.count,
+        budget_s=budget_s,
     )
-    return doc, review
+
+
+BisectMode = Literal["auto", "always", "never"]
+
+
+def failing(findings: list[Finding]) -> bool:
+    """Whether a bisection is worth its time by default: a finding that fails the check and can
+    be searched for."""
+    return any(f.severity == "error" and search.bisectable(f) for f in findings)
+
+
+def bisect_probed(
+    probed: ProbeRun,
+    request: ReviewRequest,
+    base_sha: str,
+    mode: BisectMode,
+    progress: Progress,
+) -> BisectDoc | None:
+    """The probe job's bisection: this shard's findings, searched along the head checkout's
+    first-parent history from its merge base with ``base_sha``. Returns None (saying why) when
+    there is nothing to search or no history to search in: bisection adds to a review, it never
+    fails one."""
+    config = request.config
+    findings = [f for wl in probed.workloads for f in compare_workload(wl, config).findings]
+    if mode == "never" or (mode == "auto" and not (config.bisect.auto and failing(findings))):
+        return None
+    if not any(search.bisectable(f) for f in findings):
+        progress("nothing to bisect: no finding of this shard can be searched for")
+        return None
+    try:
+        repo = _git_repo(request.head, "--head")
+        head = resolve(repo, "HEAD", "--head")
+        base = resolve(repo, base_sha, "--base-sha")
+        good = _git(repo, "merge-base", base, head).strip()
+        shas = first_parent_range(repo, good, head)
+    except UsageError as err:
+        progress(
+            f"not bisected: {err} (the probe job needs the head's history: check it out with fetch-depth: 0)"
+        )
+        return None
+    if mode == "auto" and len(shas) <= 2:
+        progress("not bisected: the pull request has one commit")
+        return None
+    trees_dir = request.out_dir / "bisect-trees"
+
+    def tree(index: int) -> Path:
+        return (
+            request.head
+            if index == len(shas) - 1
+            else write_tree(repo, shas[index], trees_dir / shas[index][:12])
+        )
+
+    run = ReviewRun(
+        base=SideSetup("base", request.base, request.base_python or sys.executable),
+        head=SideSetup("head", request.head, request.head_python or sys.executable),
+        config=config,
+        device=request.device,
+        workloads=[
+            w
+            for w in select_workloads(config, request.workloads)
+            if w.name in {x.name for x in probed.workloads}
+        ],
+        probes=select_probes(request.probes),
+        out_dir=request.out_dir,
+    )
+    progress(
+        f"bisecting {len(shas) - 1} commits from the merge base {good[:10]} "
+        f"(budget {config.bisect.budget_s:.0f} s)"
+    )
+    return _search(
+        _Range(repo, shas, tree),
+        probed.workloads,
+        findings,
+        run,
+        progress,
+        budget_s=config.bisect.budget_s,
+        check_good=good != base,
+    )
 
 
 def _present(result: ProbeResult, base: ProbeResult, workload: str, config: Config) -> set[str] | None:
@@ -235,21 +358,49 @@ def _not_bisected(f: Finding) -> Located:
     )
 
 
-def _located(s: search.Search, shas: list[str], repo: Path) -> Located:
+def _at_good(s: search.Search, shas: list[str], repo: Path) -> Located:
     t = s.target
-    last_good = commit_info(repo, shas[s.good])
-    candidates = s.candidates()
-    ambiguous = len(candidates) > 1
     return Located(
         key=t.key,
         label=t.label,
         category=t.category,
         workload=t.workload,
         probe=t.probe,
+        outcome="present_at_good",
+        first_bad=commit_info(repo, shas[0]),
+        probe_runs=1,
+        note="already at the merge base: the base branch changed since this PR branched off (merge or "
+        "rebase it onto the base branch)",
+    )
+
+
+def _located(s: search.Search, shas: list[str], repo: Path, budget_s: float | None = None) -> Located:
+    t = s.target
+    last_good = commit_info(repo, shas[s.good])
+    common: dict[str, Any] = {
+        "key": t.key,
+        "label": t.label,
+        "category": t.category,
+        "workload": t.workload,
+        "probe": t.probe,
+        "last_good": last_good,
+        "probe_runs": s.runs,
+    }
+    if not s.done():
+        between = len(s.open())
+        return Located(
+            **common,
+            outcome="unfinished",
+            first_bad=commit_info(repo, shas[s.bad]),
+            note=f"the time budget ({budget_s or 0:.0f} s) ran out with {between} commit"
+            f"{'s' if between != 1 else ''} between the last good one and this one unprobed",
+        )
+    candidates = s.candidates()
+    ambiguous = len(candidates) > 1
+    return Located(
+        **common,
         outcome="ambiguous" if ambiguous else "found",
         first_bad=None if ambiguous else commit_info(repo, shas[s.bad]),
-        last_good=last_good,
         candidates=[commit_info(repo, shas[i]) for i in candidates] if ambiguous else [],
-        probe_runs=s.runs,
         note="skipped commits lie between the last good and the first bad one" if ambiguous else None,
     )

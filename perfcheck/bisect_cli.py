@@ -35,6 +35,12 @@ def render_table(doc: BisectDoc) -> str:
             )
         elif f.outcome == "ambiguous":
             lines.append("  first bad  one of " + ", ".join(c.sha[:10] for c in f.candidates))
+        elif f.outcome == "present_at_good" and f.first_bad is not None:
+            lines.append(f"  at good    {f.first_bad.sha[:10]}  {f.note}")
+        elif f.outcome == "unfinished" and f.first_bad is not None:
+            lines.append(f"  first bad  at or before {f.first_bad.sha[:10]}: {f.note}")
+        elif f.note:
+            lines.append(f"  {f.note}")
         if f.last_good is not None:
             lines.append(f"  last good  {f.last_good.sha[:10]}  {f.last_good.subject}")
     for s in doc.skipped:

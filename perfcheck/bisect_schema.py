@@ -1,6 +1,9 @@
 """The document `perfcheck bisect` writes (OUT/bisect.json): for each finding of the good → bad
 review, the first commit that has it and the last that does not. Torch-free; versioned apart from
 the review's result contract, like the sweep's (`perfcheck schema bisect` prints it).
+
+In the workflow the probe job writes it (into its probes.json too), so the report side reads it as
+untrusted data: every field is bounded here, and the report keeps only findings it found itself.
 """
 
 from __future__ import annotations
@@ -11,7 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 BISECT_SCHEMA_VERSION: Final = 1
 
-Outcome = Literal["found", "ambiguous", "not_bisected"]
+Outcome = Literal["found", "ambiguous", "not_bisected", "present_at_good", "unfinished"]
+# Bounds for a document read from another job: more than any real search produces.
+MAX_ITEMS = 500
+MAX_TEXT = 2000
 
 
 class _Strict(BaseModel):
@@ -20,35 +26,43 @@ class _Strict(BaseModel):
 
 class Commit(_Strict):
     sha: str = Field(pattern=r"^[0-9a-f]{40}$")
-    subject: str
-    author: str
+    subject: str = Field(max_length=MAX_TEXT)
+    author: str = Field(max_length=MAX_TEXT)
 
 
 class Skipped(_Strict):
     """A commit whose tree could not be probed (its workload does not build): skipped, as
     `git bisect skip` does."""
 
-    sha: str
-    workload: str
-    why: str
+    sha: str = Field(pattern=r"^[0-9a-f]{40}$")
+    workload: str = Field(max_length=MAX_TEXT)
+    why: str = Field(max_length=MAX_TEXT)
 
 
 class Located(_Strict):
     """One finding (or, for an IR change, one op of it) and where it came from."""
 
-    key: str = Field(description="the finding's identity: category, workload and what it is about")
-    label: str = Field(description="what a reader is shown")
-    category: str
-    workload: str
-    probe: str
-    outcome: Outcome
+    key: str = Field(
+        max_length=MAX_TEXT, description="the finding's identity: category, workload and what it is about"
+    )
+    label: str = Field(max_length=MAX_TEXT, description="what a reader is shown")
+    category: str = Field(max_length=200)
+    workload: str = Field(max_length=MAX_TEXT)
+    probe: str = Field(max_length=200)
+    outcome: Outcome = Field(
+        description="found: first_bad is the commit; ambiguous: one of candidates (skipped commits "
+        "between); present_at_good: the search's first commit has it already; unfinished: the time "
+        "budget ran out between last_good and first_bad; not_bisected: a measured finding"
+    )
     first_bad: Commit | None = Field(default=None, description="the first commit that has it")
     last_good: Commit | None = Field(default=None, description="the last commit before it that does not")
     candidates: list[Commit] = Field(
-        default=[], description="when skipped commits hide which one: every commit it may be"
+        default=[],
+        max_length=MAX_ITEMS,
+        description="when skipped commits hide which one: every commit it may be",
     )
     probe_runs: int = Field(default=0, ge=0, description="probe runs spent narrowing this one down")
-    note: str | None = None
+    note: str | None = Field(default=None, max_length=MAX_TEXT)
 
 
 class BisectDoc(_Strict):
@@ -56,7 +70,10 @@ class BisectDoc(_Strict):
     good: Commit
     bad: Commit
     commits: int = Field(ge=1, description="first-parent commits after good, bad included")
-    probes: list[str]
-    findings: list[Located]
-    skipped: list[Skipped] = []
+    probes: list[str] = Field(max_length=100)
+    findings: list[Located] = Field(max_length=MAX_ITEMS)
+    skipped: list[Skipped] = Field(default=[], max_length=MAX_ITEMS)
     probe_runs: int = Field(ge=0, description="probe runs in all, the good → bad review's not counted")
+    budget_s: float | None = Field(
+        default=None, gt=0, description="the time the search was given (the workflow's bisect.budget_s)"
+    )

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import secrets
 import sys
 from collections.abc import Iterator, Sequence
@@ -116,16 +117,45 @@ def _cmd_probe(args: argparse.Namespace) -> int:
     from perfcheck.review import UsageError, probe
 
     try:
-        probed = probe(_request(args))  # type: ignore[arg-type]
+        request = _request(args)
+        if args.base_sha is not None and not re.fullmatch(r"[0-9a-fA-F]{7,40}", args.base_sha):
+            raise UsageError(f"--base-sha: expected 7 to 40 hex digits, got {args.base_sha!r}")
+        probed = probe(request)  # type: ignore[arg-type]
     except (ConfigError, UsageError) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     names = ", ".join(w.name for w in probed.workloads) or "no workloads (more shards than workloads)"
     print(f"perfcheck: shard {probed.shard}: {names} — wrote {args.out / 'probes.json'}", file=sys.stderr)
+    if args.bisect != "never":
+        _bisect_shard(args, request, probed)
     from perfcheck.bot.actions_io import write_outputs
 
     write_outputs({"probes_file": args.out / "probes.json"})
     return 0
+
+
+def _bisect_shard(args: argparse.Namespace, request: Any, probed: Any) -> None:
+    """probe --bisect: search this shard's findings along the head's commits, and add where they
+    came from to probes.json (and OUT/bisect.json, bisect.md). It never fails the step: a search
+    that cannot run says why and leaves the probes as they were."""
+    from perfcheck.bisect import bisect_probed
+    from perfcheck.bisect_cli import render_table
+    from perfcheck.core.bisect import markdown
+
+    def say(line: str) -> None:
+        print(f"perfcheck bisect: {line}", file=sys.stderr, flush=True)
+
+    base_sha = args.base_sha or probed.base.revision
+    if base_sha is None:
+        say("not bisected: --base is no git checkout and no --base-sha was given")
+        return
+    doc = bisect_probed(probed, request, base_sha, args.bisect, say)
+    if doc is None:
+        return
+    (args.out / "probes.json").write_text(probed.model_copy(update={"bisect": doc}).model_dump_json(indent=1))
+    (args.out / "bisect.json").write_text(doc.model_dump_json(indent=1))
+    (args.out / "bisect.md").write_text(markdown(doc), encoding="utf-8")
+    print(render_table(doc), end="", file=sys.stderr)
 
 
 def _planned_scope(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -384,7 +414,8 @@ def _add_probe_parser(sub: Any) -> None:
         help="run the probes only (the part that runs PR code) and write probes.json",
         description="Run this shard's probes on --base and --head and write OUT/probes.json, raw "
         "measurements for `perfcheck report`. On a fleet, give each runner --shard I/N.",
-        epilog="Exit codes: 0 probed (findings are decided by `report`), 2 bad input.",
+        epilog="Exit codes: 0 probed (findings are decided by `report`; a bisection that cannot run "
+        "says why and changes nothing), 2 bad input.",
     )
     _probe_arguments(probe)
     probe.add_argument(
@@ -394,6 +425,21 @@ def _add_probe_parser(sub: Any) -> None:
         "--head-sha",
         metavar="SHA",
         help="the commit the head tree is (recorded when it is no git checkout; checked when it is)",
+    )
+    probe.add_argument(
+        "--bisect",
+        choices=("auto", "always", "never"),
+        default="never",
+        help="afterwards, search the head's first-parent commits since its merge base with --base-sha "
+        "for the first one with each finding (`perfcheck bisect`'s search; the head tree must be a "
+        "checkout with its history): auto when a finding fails the check, bisect.auto is on and the "
+        "range has more than one commit; always for any finding that can be searched for "
+        "(default %(default)s)",
+    )
+    probe.add_argument(
+        "--base-sha",
+        metavar="SHA",
+        help="with --bisect, the base commit (default: the --base checkout's)",
     )
     probe.set_defaults(func=_cmd_probe)
 

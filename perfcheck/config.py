@@ -238,6 +238,22 @@ class HistoryConfig(_Section):
     path: str = Field(default=".perfcheck/history.sqlite", description="the SQLite file (one file)")
 
 
+class BisectConfig(_Section):
+    """The probe job's bisection of a failing PR (`perfcheck probe --bisect auto`)."""
+
+    auto: bool = Field(
+        default=True,
+        description="bisect the failing structural findings of a PR with more than one commit; "
+        "`/perfcheck bisect` asks for it whatever this says",
+    )
+    budget_s: float = Field(
+        default=1800.0,
+        gt=0,
+        description="seconds the search may take per shard; a finding not narrowed down by then says "
+        "between which commits it lies",
+    )
+
+
 class SweepConfig(_Section):
     """`perfcheck sweep`: the compile settings to try; every combination of the lists is one point."""
 
@@ -303,6 +319,7 @@ class Config(_Section):
     profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
     history: HistoryConfig = HistoryConfig()
+    bisect: BisectConfig = BisectConfig()
     sweep: SweepConfig = SweepConfig()
     matrix: dict[str, MatrixEntry] = Field(
         default_factory=dict,

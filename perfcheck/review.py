@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfcheck import __version__, preflight
+from perfcheck.bisect_schema import BisectDoc
 from perfcheck.bot import acks
 from perfcheck.config import (
     Config,
@@ -27,6 +28,7 @@ from perfcheck.config import (
     planned_probes,
     probe_names,
 )
+from perfcheck.core import bisect as bisect_search
 from perfcheck.core.compare import compare
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
@@ -328,6 +330,15 @@ def expected_results(
     }
 
 
+def _bisected(runs: list[tuple[str, ProbeRun]], review: Review) -> BisectDoc | None:
+    """The shards' bisections as one, reduced to what this review found (core.bisect.kept)."""
+    try:
+        merged = bisect_search.merge([r.bisect for _, r in runs if r.bisect is not None])
+    except ValueError as err:
+        raise ShardError(str(err)) from None
+    return None if merged is None else bisect_search.kept(merged, review.findings, review.head.revision)
+
+
 def report(
     runs: list[tuple[str, ProbeRun]],
     config: Config,
@@ -344,6 +355,7 @@ def report(
         may_add if may_add is not None else follow_up_results(config),
     )
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
+    review = review.model_copy(update={"bisect": _bisected(runs, review)})
     # The folder as given: the review's commands name it the way its user typed it.
     review = review.model_copy(
         update={"summary": headline(review), "out_dir": str(out_dir), "config_origin": config_origin}

@@ -442,6 +442,9 @@ class Review(_Strict):
     expired_acks: list[ExpiredAck] = Field(
         default=[], description="acknowledgements of an earlier commit, which no longer cover the head"
     )
+    bisect: BisectDoc | None = Field(
+        default=None, description="where each finding came from, when the probe job bisected the PR"
+    )
 
 
 class Shard(_Strict):
@@ -475,6 +478,9 @@ class ProbeRun(_Strict):
         max_length=256 * 1024,
         description="the PR's perfcheck.yml, when base had none and the probes followed it: the "
         "report job, on base's checkout, has no other copy",
+    )
+    bisect: BisectDoc | None = Field(
+        default=None, description="this shard's findings bisected along the PR's commits (probe --bisect)"
     )
 
 

@@ -118,3 +118,22 @@ def perfcheck_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedPr
         timeout=600,
         check=False,
     )
+
+
+def git(repo: Path, *args: str) -> str:
+    """git in ``repo`` as one author, Ada, whatever the machine's git config says."""
+    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com", "GIT_COMMITTER_NAME": "Ada"}
+    env |= {"GIT_COMMITTER_EMAIL": "ada@example.com", "HOME": str(repo), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
+    )
+    return done.stdout.strip()
+
+
+def git_commit(repo: Path, subject: str, files: dict[str, str]) -> str:
+    """Write ``files`` into ``repo``, commit them all, and return the new commit's SHA."""
+    for name, body in files.items():
+        (repo / name).write_text(body)
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", subject)
+    return git(repo, "rev-parse", "HEAD")

@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import MODEL, perfcheck_cli
+from conftest import MODEL, git, git_commit, perfcheck_cli
 
 from perfcheck.bisect_schema import BisectDoc, Commit, Located
 from perfcheck.core.bisect import Search, Target, markdown, next_index
@@ -22,44 +22,27 @@ FLOAT64 = """\
 """
 
 
-def _git(repo: Path, *args: str) -> str:
-    env = {"GIT_AUTHOR_NAME": "Ada", "GIT_AUTHOR_EMAIL": "ada@example.com", "GIT_COMMITTER_NAME": "Ada"}
-    env |= {"GIT_COMMITTER_EMAIL": "ada@example.com", "HOME": str(repo), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(
-        ["git", "-C", str(repo), *args], capture_output=True, text=True, env=env, check=True
-    )
-    return done.stdout.strip()
-
-
-def _commit(repo: Path, subject: str, files: dict[str, str]) -> str:
-    for name, body in files.items():
-        (repo / name).write_text(body)
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-q", "-m", subject)
-    return _git(repo, "rev-parse", "HEAD")
-
-
 def history(repo: Path) -> dict[str, str]:
     """good, then eight commits; the subjects say what each does."""
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     model = MODEL.replace("{change}", "pass")
-    shas = {"good": _commit(repo, "a classifier", {"model.py": model, "perfcheck.yml": CONFIG})}
-    shas["docs"] = _commit(repo, "docs: how to run it", {"README.md": "python model.py\n"})
+    shas = {"good": git_commit(repo, "a classifier", {"model.py": model, "perfcheck.yml": CONFIG})}
+    shas["docs"] = git_commit(repo, "docs: how to run it", {"README.md": "python model.py\n"})
     broken = model.replace("        pass\n", "        s = h.sum().item()\n")
-    shas["item"] = _commit(repo, "log the activation sum", {"model.py": broken})
-    shas["comment"] = _commit(
+    shas["item"] = git_commit(repo, "log the activation sum", {"model.py": broken})
+    shas["comment"] = git_commit(
         repo, "a comment", {"model.py": broken.replace("class Net", "# the net\nclass Net")}
     )
     no_import = "import not_a_real_module  # noqa\n" + broken
-    shas["no_import"] = _commit(repo, "try a helper module", {"model.py": no_import})
-    shas["fixed"] = _commit(repo, "drop the helper module", {"model.py": broken})
+    shas["no_import"] = git_commit(repo, "try a helper module", {"model.py": no_import})
+    shas["fixed"] = git_commit(repo, "drop the helper module", {"model.py": broken})
     wide = broken.replace("        self.calls = 0\n", "        self.calls = 0\n" + FLOAT64).replace(
         "        return self.fc2(h)", "        h = (h * self.scale).float()\n        return self.fc2(h)"
     )
-    shas["float64"] = _commit(repo, "scale in double precision", {"model.py": wide})
-    shas["readme"] = _commit(repo, "readme: more", {"README.md": "python model.py --help\n"})
-    shas["bad"] = _commit(repo, "tidy", {"notes.txt": "done\n"})
+    shas["float64"] = git_commit(repo, "scale in double precision", {"model.py": wide})
+    shas["readme"] = git_commit(repo, "readme: more", {"README.md": "python model.py --help\n"})
+    shas["bad"] = git_commit(repo, "tidy", {"notes.txt": "done\n"})
     return shas
 
 
@@ -97,7 +80,7 @@ def test_each_finding_bisects_to_its_own_commit_and_the_unimportable_one_is_skip
     section = (out / "bisect.md").read_text()
     assert "Where each finding came from" in section and shas["item"][:10] in section
     # The user's work tree was never touched.
-    assert _git(repo, "status", "--porcelain") == "" and _git(repo, "rev-parse", "HEAD") == shas["bad"]
+    assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == shas["bad"]
 
 
 @pytest.mark.parametrize(
@@ -113,11 +96,13 @@ def test_a_range_that_is_not_a_history_is_bad_input(
 ) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
+    git(repo, "init", "-q", "-b", "main")
     shas = {
-        "good": _commit(repo, "one", {"model.py": MODEL.replace("{change}", "pass"), "perfcheck.yml": CONFIG})
+        "good": git_commit(
+            repo, "one", {"model.py": MODEL.replace("{change}", "pass"), "perfcheck.yml": CONFIG}
+        )
     }
-    shas["bad"] = _commit(repo, "two", {"README.md": "x\n"})
+    shas["bad"] = git_commit(repo, "two", {"README.md": "x\n"})
     done = perfcheck_cli(
         "bisect", "--repo", str(repo), "--good", shas.get(good, good), "--bad", shas.get(bad, bad),
         "--out", str(tmp_path / "out"),
@@ -181,9 +166,9 @@ def test_a_folder_that_is_no_repository_or_an_unknown_probe_is_refused_first(tmp
     assert done.returncode == 2 and "not a git repository" in done.stderr, done.stderr
     repo = tmp_path / "repo"
     repo.mkdir()
-    _git(repo, "init", "-q", "-b", "main")
-    good = _commit(repo, "one", {"model.py": MODEL.replace("{change}", "pass")})
-    _commit(repo, "two", {"README.md": "x\n"})
+    git(repo, "init", "-q", "-b", "main")
+    good = git_commit(repo, "one", {"model.py": MODEL.replace("{change}", "pass")})
+    git_commit(repo, "two", {"README.md": "x\n"})
     out = tmp_path / "out"
     done = perfcheck_cli(
         "bisect",
@@ -200,3 +185,113 @@ def test_a_folder_that_is_no_repository_or_an_unknown_probe_is_refused_first(tmp
     )
     assert done.returncode == 2 and "unknown probe(s) nosuch" in done.stderr, done.stderr
     assert not out.exists()  # no tree was written out
+
+
+def test_the_probe_job_bisects_from_the_merge_base_and_says_what_the_base_branch_brought(
+    tmp_path: Path,
+) -> None:
+    """`perfcheck probe --bisect auto`, as the workflow's probe job runs it: base is the base
+    branch's tip, head a PR branched off before a fix landed there. The break the base branch
+    fixed is at the merge base already (the PR lacks the fix, it did not add the break); the one
+    the PR's own commit adds is found at that commit."""
+    repo = tmp_path / "origin"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    model = MODEL.replace("{change}", "pass")
+    summed = model.replace("        pass\n", "        s = h.sum().item()\n")
+    fork_point = git_commit(repo, "log the sum", {"model.py": summed, "perfcheck.yml": CONFIG})
+    git(repo, "checkout", "-q", "-b", "pr")
+    git_commit(repo, "readme", {"README.md": "python model.py\n"})
+    mean = git_commit(
+        repo,
+        "log the mean",
+        {"model.py": summed.replace("item()\n", "item()\n        m = h.mean().item()\n")},
+    )
+    git(repo, "checkout", "-q", "main")
+    fixed = git_commit(repo, "drop the sum", {"model.py": model})
+    base, head = tmp_path / "base", tmp_path / "head"
+    for dest, ref in ((base, "main"), (head, "pr")):
+        subprocess.run(["git", "clone", "-q", "-b", ref, str(repo), str(dest)], check=True)
+    out = tmp_path / "out"
+    done = perfcheck_cli(
+        "probe", "--base", str(base), "--head", str(head), "--probes", "compile", "--out", str(out),
+        "--bisect", "auto", "--base-sha", fixed,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"from the merge base {fork_point[:10]}" in done.stderr, done.stderr[-3000:]
+    doc = BisectDoc.model_validate_json((out / "bisect.json").read_text())
+    assert (doc.good.sha, doc.bad.sha, doc.commits) == (fork_point, mean, 2)
+    by_code = {f.key.rsplit("|", 1)[-1]: f for f in doc.findings}
+    summed_at = by_code["s = h.sum().item()"]
+    assert summed_at.outcome == "present_at_good" and "merge base" in (summed_at.note or "")
+    mean_at = by_code["m = h.mean().item()"]
+    assert mean_at.outcome == "found" and mean_at.first_bad is not None and mean_at.first_bad.sha == mean
+    assert doc.probe_runs == 2  # the merge base, then the commit between
+
+    # The report (the publish side) keeps the shard's search and shows it in the comment.
+    config = tmp_path / "perfcheck.yml"
+    config.write_text(CONFIG)
+    report = perfcheck_cli(
+        "report", str(out), "--config", str(config), "--probes", "compile", "--out", str(tmp_path / "rep")
+    )
+    assert report.returncode == 1, report.stderr[-3000:]
+    comment = (tmp_path / "rep" / "comment.md").read_text()
+    section = comment[comment.index("Where each finding came from") :]
+    assert "already at the merge base" in section and f"`{mean[:10]}` log the mean (Ada)" in section
+
+
+def test_a_search_out_of_time_says_between_which_commits(tmp_path: Path) -> None:
+    from perfcheck.bisect import _located
+
+    repo = tmp_path / "repo"
+    shas = list(history(repo).values())
+    s = Search(_t("x"), good=0, bad=len(shas) - 1)
+    s.record(4, False)
+    entry = _located(s, shas, repo, budget_s=60)
+    assert entry.outcome == "unfinished" and entry.last_good is not None and entry.first_bad is not None
+    assert (entry.last_good.sha, entry.first_bad.sha) == (shas[4], shas[-1])
+    assert "time budget (60 s) ran out with 3 commits" in (entry.note or "")
+    assert "at or before" in markdown(
+        BisectDoc(good=entry.last_good, bad=entry.first_bad, commits=8, probes=["compile"], findings=[entry],
+                  probe_runs=1)
+    )  # fmt: skip
+
+
+def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
+    """A probe job's document is untrusted: entries for findings the review does not have, or a
+    search of another head, are dropped; shards that searched different ranges are refused."""
+    from perfcheck.core.bisect import kept, merge, targets
+    from perfcheck.schema import Finding, SourceLocation
+
+    found = Finding(
+        category="graph_break_added",
+        workload="net",
+        probe="compile",
+        severity="error",
+        message="Dynamo splits the graph here",
+        location=SourceLocation(path="model.py", line=9, code="s = h.sum().item()"),
+        evidence={"break_type": "Tensor.item"},
+    )
+    c1, c2 = (Commit(sha=ch * 40, subject="s", author="a") for ch in "12")
+
+    def entry(key: str) -> Located:
+        return Located(key=key, label="l", category="graph_break_added", workload="net", probe="compile",
+                       outcome="found", first_bad=c2, last_good=c1)  # fmt: skip
+
+    real = targets(found)[0].key
+    doc = BisectDoc(
+        good=c1,
+        bad=c2,
+        commits=1,
+        probes=["compile"],
+        findings=[entry(real), entry("forged|net|x")],
+        probe_runs=1,
+    )
+    shown = kept(doc, [found], head_revision=c2.sha)
+    assert shown is not None and [f.key for f in shown.findings] == [real]
+    assert kept(doc, [found], head_revision="9" * 40) is None
+    assert kept(doc, [], head_revision=c2.sha) is None
+    merged = merge([doc, doc.model_copy(update={"probe_runs": 3})])
+    assert merged is not None and merged.probe_runs == 4 and len(merged.findings) == 4
+    with pytest.raises(ValueError, match="different ranges"):
+        merge([doc, doc.model_copy(update={"good": c2})])

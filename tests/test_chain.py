@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 import yaml
+from conftest import git, git_commit
 from fakegithub import FakeGitHub
 
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
@@ -265,3 +266,103 @@ def test_a_fork_waits_refuses_an_outsider_and_runs_for_a_writer(github: FakeGitH
     assert [r["content"] for r in github.reactions(REPO, writer["comment"]["id"])] == ["eyes"]
     (check,) = github.check_runs(REPO, fork_head)
     assert check["output"]["title"] == "Queued" and check["external_id"] == RUN_ID
+
+
+BISECT_CONFIG = """\
+workloads:
+  - name: classifier
+    entry: model.py:build
+    train: true
+    probes: [compile]
+compile:
+  backend: aot_eager
+budgets:
+  max_new_graph_breaks: 0
+"""
+
+
+def _pull_request_history(repo: Path) -> list[str]:
+    """The base commit (the demo's base), then a PR of three: a harmless change, the demo head's
+    `.item()` (the graph break), a README."""
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "master")
+    base_model = (DEMO / "base" / "model.py").read_text()
+    steps = [
+        ("a classifier", {"model.py": base_model, "perfcheck.yml": BISECT_CONFIG}),
+        ("a note on the model", {"NOTES.md": "relu, two layers\n"}),
+        ("log the activation scale", {"model.py": (DEMO / "head" / "model.py").read_text()}),
+        ("readme", {"README.md": "python model.py\n"}),
+    ]
+    return [git_commit(repo, subject, files) for subject, files in steps]
+
+
+def test_a_failing_pull_request_of_several_commits_names_the_commit_in_the_comment(
+    fake_github: FakeGitHub, tmp_path: Path
+) -> None:
+    origin = tmp_path / "origin"
+    base_sha, _, item_sha, head_sha = _pull_request_history(origin)
+    fake_github.add_repo(REPO, default_branch="master")
+    fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
+    fake_github.add_pull(REPO, 3, head_sha=head_sha, base_sha=base_sha, files=["model.py", "README.md"])
+    runner = Runner(fake_github, tmp_path)
+    event = copy.deepcopy(json.loads((DATA / "webhooks" / "pull_request.json").read_text())[0])
+    event["number"] = event["pull_request"]["number"] = 3
+    event["pull_request"]["head"]["sha"], event["pull_request"]["base"]["sha"] = head_sha, base_sha
+
+    def clone(dest: Path, sha: str) -> Path:  # actions/checkout, fetch-depth: 0
+        subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
+        git(dest, "checkout", "-q", "--detach", sha)
+        return dest
+
+    plan_ws = clone(tmp_path / "plan", base_sha)
+    (plan_step,) = perfcheck_steps("perfcheck.yml", "plan")
+    done, plan_out = runner.step(
+        {k: resolve(v, {"github.token": TOKEN}) for k, v in plan_step["with"].items()},
+        plan_ws,
+        "pull_request_target",
+        event,
+    )
+    assert done.returncode == 0, done.stderr
+    assert (plan_out["run"], plan_out["bisect"]) == ("true", "auto")  # a same-repository PR
+    artifacts = tmp_path / "artifacts"
+    (artifacts / "perfcheck-plan").mkdir(parents=True)
+    shutil.copy(plan_ws / "perfcheck-out" / "plan.json", artifacts / "perfcheck-plan" / "plan.json")
+
+    (probe_step,) = perfcheck_steps("perfcheck.yml", "probe")
+    doc = yaml.safe_load((WORKFLOWS / "perfcheck.yml").read_text())
+    (head_checkout,) = [s for s in doc["jobs"]["probe"]["steps"] if s.get("with", {}).get("path") == "head"]
+    assert head_checkout["with"]["fetch-depth"] == 0  # the history bisect searches
+    logs = []
+    for index, shard in enumerate(doc["jobs"]["probe"]["strategy"]["matrix"]["shard"]):
+        ws = tmp_path / f"gpu-{index}"
+        clone(ws / "base", base_sha)
+        clone(ws / "head", head_sha)
+        ctx = {f"needs.plan.outputs.{k}": v for k, v in plan_out.items()} | {"matrix.shard": shard}
+        done, _ = runner.step(
+            {k: resolve(v, ctx) for k, v in probe_step["with"].items()}, ws, "pull_request_target", event
+        )
+        assert done.returncode == 0, done.stderr
+        logs.append(done.stderr)
+        (artifacts / f"perfcheck-probes-{index}").mkdir()
+        shutil.copy(ws / "perfcheck-out" / "probes.json", artifacts / f"perfcheck-probes-{index}")
+    assert "perfcheck bisect: commit 1/3" in logs[0], logs[0][-3000:]
+
+    pub_ws = clone(tmp_path / "publish", base_sha)
+    shutil.copytree(artifacts, pub_ws / "artifacts")
+    run_event = copy.deepcopy(json.loads((DATA / "webhooks" / "workflow_run.json").read_text())[0])
+    run_event["workflow_run"]["id"] = int(RUN_ID)
+    ctx = {"github.token": TOKEN, "github.event.workflow_run.id": RUN_ID}
+    for step in perfcheck_steps("perfcheck-publish.yml", "publish"):
+        done, _ = runner.step(
+            {k: resolve(v, ctx) for k, v in step["with"].items()}, pub_ws, "workflow_run", run_event
+        )
+        assert done.returncode == 0, done.stderr
+    result = json.loads((pub_ws / "perfcheck-out" / "result.json").read_text())
+    [located] = [f for f in result["bisect"]["findings"] if f["category"] == "graph_break_added"]
+    assert located["first_bad"]["sha"] == item_sha and located["probe_runs"] == 2
+
+    (comment,) = fake_github.comments(REPO, 3)
+    body = comment["body"]
+    assert "New graph break" in body and "Where each finding came from" in body
+    section = body[body.index("Where each finding came from") :]
+    assert f"`{item_sha[:10]}` log the activation scale (Ada)" in section, section[:2000]

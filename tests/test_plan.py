@@ -130,6 +130,38 @@ def test_a_writers_command_runs_pinned_to_the_head_at_that_moment() -> None:
     assert result.workloads == ["mlp", "resnet"] and result.device == "cuda"
 
 
+def fork_pull(sha: str) -> PullRequest:
+    pr = fork_of(example("pull_request", "opened"))["pull_request"]
+    pr["head"]["sha"] = sha
+    return PullRequest.model_validate(pr)
+
+
+def test_bisect_is_automatic_only_where_writers_pushed_every_commit() -> None:
+    """The probe job may search a PR's earlier commits only where no one without write access
+    could have pushed them; for a fork's, a writer asks with `/perfcheck bisect`, which approves
+    the PR's commits up to the head it pins."""
+    assert plan("pull_request", example("pull_request", "opened"), Context()).bisect == "auto"
+    writer = Context(commenter_permission="write", pull=the_pull("b" * 40))
+    assert plan("issue_comment", pr_comment("/perfcheck"), writer).bisect == "auto"
+    fork = Context(commenter_permission="write", pull=fork_pull("c" * 40))
+    approved = plan("issue_comment", pr_comment(f"/perfcheck run --sha {'c' * 7}"), fork)
+    assert approved.run and approved.bisect == "never"
+    asked = plan("issue_comment", pr_comment(f"/perfcheck bisect --probes compile --sha {'c' * 7}"), fork)
+    assert asked.run and asked.bisect == "always" and asked.probes == ["compile"]
+    assert asked.reason.startswith("/perfcheck bisect by")
+    outsider = Context(commenter_permission="read", pull=the_pull())
+    assert not plan("issue_comment", pr_comment("/perfcheck bisect"), outsider).run
+    for event, action in (("merge_group", "checks_requested"), ("check_run", "rerequested")):
+        assert plan(event, example(event, action), Context()).bisect == "never"
+    dispatch = example("workflow_dispatch", None)
+    assert plan("workflow_dispatch", dispatch, Context()).bisect == "never"  # unsaid: not allowed
+    dispatch["inputs"] = {**(dispatch.get("inputs") or {}), "bisect": "always", "base_sha": "d" * 40}
+    dispatched = plan("workflow_dispatch", dispatch, Context())
+    assert (dispatched.bisect, dispatched.base_sha) == ("always", "d" * 40)
+    dispatch["inputs"]["bisect"] = "yes please"
+    assert plan("workflow_dispatch", dispatch, Context()).bisect == "never"
+
+
 @pytest.mark.parametrize("permission", ["read", "triage", "none", None])
 def test_an_outsiders_command_is_refused(permission: str | None) -> None:
     ctx = Context(commenter_permission=permission, pull=the_pull())
@@ -199,6 +231,8 @@ def test_merge_queue_and_rerun_and_publish() -> None:
         ("/perfcheck ack recompile", "needs a reason"),
         ("/perfcheck run --probes speed", "unknown probe"),
         ("/perfcheck run 'unclosed", "cannot read"),
+        ("/perfcheck bisect --probes speed", "unknown probe"),
+        ("/perfcheck bisect --sha nothex", "SHA"),
     ],
 )
 def test_command_errors(body: str, message: str) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from fakegithub import FakeGitHub
@@ -44,9 +45,10 @@ def app_github(fake_github: FakeGitHub) -> tuple[FakeGitHub, str]:
     fake_github.add_pull(REPO, 2, head_sha=HEAD, base_sha=BASE, files=["model.py"])
     fake_github.set_permission(REPO, "Codertocat", "write")
     fake_github.set_permission(REPO, "outsider", "read")
-    fake_github.add_workflow(
-        REPO, "perfcheck.yml", inputs=["sha", "base_sha", "pr", "workloads", "probes", "device"]
-    )
+    # The inputs the example workflow declares: GitHub refuses a dispatch with any other (HTTP 422).
+    workflow = yaml.safe_load((Path(__file__).parent.parent / "examples/workflows/perfcheck.yml").read_text())
+    triggers = workflow.get("on", workflow.get(True))  # YAML 1.1 reads a bare `on` as true
+    fake_github.add_workflow(REPO, "perfcheck.yml", inputs=list(triggers["workflow_dispatch"]["inputs"]))
     fake_github.add_app(APP_ID, key.public_key(), slug="perfcheck")
     # Installation 1: the id in GitHub's issue_comment example that carries an `installation`.
     fake_github.add_installation(1, APP_ID, repos=[REPO])
@@ -125,6 +127,7 @@ def test_a_writers_command_dispatches_the_probe_workflow(served: Any) -> None:
         "workloads": "",
         "probes": "compile,export",
         "device": "",
+        "bisect": "auto",  # the PR is the repository's own: its commits were pushed by writers
     }
 
 
