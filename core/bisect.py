@@ -30,6 +30,9 @@ MEASURED = frozenset(
 )
 # Not a property of the code at one commit: a probe that broke is looked at in its log.
 UNBISECTABLE = frozenset({"probe_crashed", "probe_timeout"})
+# The measured findings a search can decide at a commit: the timing probe's, by the gate's own
+# paired runs of base against that commit (--timing, bisect.timing). The rest stay listed.
+TIMED_PROBE = "timing"
 
 _NUMBERS = re.compile(r"\d+(\.\d+)?")
 
@@ -51,6 +54,13 @@ def targets(f: Finding) -> list[Target]:
     category and where. Line numbers never: earlier commits move lines."""
     where = f.location.code if f.location and f.location.code else ""
     ev = f.evidence
+    if f.category in MEASURED:
+        # A measured change has no identity beyond what and where: its figures differ everywhere.
+        return [
+            Target(
+                f"{f.category}|{f.workload}", f.message.splitlines()[0][:160], f.category, f.workload, f.probe
+            )
+        ]
 
     def one(what: str, label: str) -> Target:
         return Target(f"{f.category}|{f.workload}|{what}", label, f.category, f.workload, f.probe)
@@ -79,8 +89,14 @@ def bisectable(f: Finding) -> bool:
 
 
 def measured(f: Finding) -> bool:
-    """Timing-class findings: listed, not searched (a step would need the gate's paired runs)."""
+    """Timing-class findings: exact nowhere, so searched only on request (see ``searchable``)."""
     return f.severity != "info" and f.category in MEASURED
+
+
+def searchable(f: Finding, timing: bool) -> bool:
+    """Whether a search looks for ``f``: structural findings always; the timing probe's measured
+    ones when asked (each step then costs the gate's paired runs, and may be inconclusive)."""
+    return bisectable(f) or (timing and measured(f) and f.probe == TIMED_PROBE)
 
 
 @dataclass
@@ -161,9 +177,7 @@ def kept(doc: BisectDoc, findings: list[Finding], head_revision: str | None) -> 
     the review itself found, each once."""
     if head_revision is not None and doc.bad.sha != head_revision:
         return None
-    known = {t.key for f in findings for t in targets(f)} | {
-        f"{f.category}|{f.workload}" for f in findings if measured(f)
-    }
+    known = {t.key for f in findings for t in targets(f)}
     seen: set[str] = set()
     entries = []
     for entry in doc.findings:

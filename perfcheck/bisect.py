@@ -6,7 +6,12 @@ first-parent commits between: a commit's tree is written out with ``git archive`
 work tree and index are never touched), only the probe that found it runs there, on that side
 alone, and its result is compared with good's as the review compares head with base. One probe
 run at a commit serves every finding of that workload and probe, and no commit is probed twice.
-A commit whose workload does not build is skipped, as ``git bisect skip`` does.
+A commit whose workload does not build is skipped, as ``git bisect skip`` does. With timing
+asked for, the timing probe's findings are searched with the gate's paired runs of good against
+each commit; a step the gate cannot decide is skipped the same way, with its reason.
+
+``bisect_probed`` is the workflow's form: the probe job, having probed base and head, searches
+the head checkout's history from its merge base with base, reusing those results.
 """
 
 from __future__ import annotations
@@ -106,21 +111,32 @@ Progress = Callable[[str], None]
 
 
 class _Probed:
-    """Every probe run of the search, by commit index, workload and probe: none runs twice."""
+    """Every probe run of the search, by commit index, workload and probe: none runs twice. A
+    per-side probe runs at the commit alone and is compared with the review's base result; the
+    timing probe runs base against the commit in the gate's paired processes, as the review did."""
 
     def __init__(self, run: ReviewRun, trees: Callable[[int], Path], workdir: Path) -> None:
         self.run, self.trees, self.workdir = run, trees, workdir
-        self.results: dict[tuple[int, str, str], ProbeResult] = {}
+        self.results: dict[tuple[int, str, str], WorkloadReview] = {}
         self.count = 0
 
-    def get(self, index: int, wl: WorkloadConfig, probe: str) -> ProbeResult:
-        key = (index, wl.name, probe)
+    def get(self, index: int, wl: WorkloadConfig, base: ProbeResult) -> WorkloadReview:
+        """Base and the commit's result side by side, ready for compare_workload."""
+        key = (index, wl.name, base.probe)
         if key not in self.results:
             side = SideSetup("head", self.trees(index), self.run.head.python)
             folder = self.workdir / f"commit-{index}"
             folder.mkdir(parents=True, exist_ok=True)
-            spec = probe_spec(self.run, wl, probe, side)
-            self.results[key] = run_probe(spec, side.python, wl.timeout_s, folder)
+            spec = probe_spec(self.run, wl, base.probe, side)
+            if base.probe in {k.name for k in probe_kinds.kinds() if k.paired}:
+                from perfcheck.runner.timing import run_paired
+
+                base_spec = probe_spec(self.run, wl, base.probe, self.run.base)
+                pair = run_paired(base_spec, spec, self.run.base, side, folder, self.run.config.budgets)
+                self.results[key] = WorkloadReview(name=wl.name, base=[pair.base], head=[pair.head])
+            else:
+                result = run_probe(spec, side.python, wl.timeout_s, folder)
+                self.results[key] = WorkloadReview(name=wl.name, base=[base], head=[result])
             self.count += 1
         return self.results[key]
 
@@ -190,7 +206,9 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
         probes=probes,
         out_dir=out,
     )
-    doc = _search(_Range(repo, shas, tree), review.workloads, review.findings, run, progress)
+    doc = _search(
+        _Range(repo, shas, tree), review.workloads, review.findings, run, progress, timing=request.timing
+    )
     return doc, review
 
 
@@ -202,11 +220,13 @@ def _search(
     progress: Progress,
     budget_s: float | None = None,
     check_good: bool = False,
+    timing: bool = False,
 ) -> BisectDoc:
     """Where each of ``findings`` (of a review whose base results are ``reference``) first
     appears along ``span``. ``check_good``: the range starts at a commit other than the review's
     base (a PR's merge base), so a finding may be there already; it is probed first. No probe run
-    starts after ``budget_s``: what is not narrowed down by then is `unfinished`."""
+    starts after ``budget_s``: what is not narrowed down by then is `unfinished`. ``timing``: the
+    timing probe's findings are searched too (else listed as not bisected)."""
     shas, repo, n = span.shas, span.repo, len(span.shas) - 1
     deadline = None if budget_s is None else time.monotonic() + budget_s
     workloads = {w.name: w for w in run.workloads}
@@ -216,9 +236,9 @@ def _search(
     skipped: dict[tuple[int, str], str] = {}
     paths: dict[tuple[str, str], list[search.Search]] = {}
     for f in findings:
-        if search.measured(f):
-            located.append(_not_bisected(f))
-        if not search.bisectable(f):
+        if not search.searchable(f, timing):
+            if search.measured(f):
+                located.append(_not_bisected(f, timing))
             continue
         for t in search.targets(f):
             paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
@@ -226,10 +246,9 @@ def _search(
 
     def present_at(index: int, wl: WorkloadConfig, base: ProbeResult) -> set[str] | None:
         progress(f"commit {index}/{n} {shas[index][:10]} · {wl.name} · {base.probe}")
-        result = probed.get(index, wl, base.probe)
-        found = _present(result, base, wl.name, config)
+        found, why = _present(probed.get(index, wl, base), config)
         if found is None:
-            skipped[(index, wl.name)] = (result.message or result.status).splitlines()[0][:300]
+            skipped[(index, wl.name)] = why[:300]
         return found
 
     for (wl_name, probe), searches in paths.items():
@@ -262,10 +281,10 @@ def _search(
 BisectMode = Literal["auto", "always", "never"]
 
 
-def failing(findings: list[Finding]) -> bool:
+def failing(findings: list[Finding], timing: bool) -> bool:
     """Whether a bisection is worth its time by default: a finding that fails the check and can
     be searched for."""
-    return any(f.severity == "error" and search.bisectable(f) for f in findings)
+    return any(f.severity == "error" and search.searchable(f, timing) for f in findings)
 
 
 def bisect_probed(
@@ -281,9 +300,10 @@ def bisect_probed(
     fails one."""
     config = request.config
     findings = [f for wl in probed.workloads for f in compare_workload(wl, config).findings]
-    if mode == "never" or (mode == "auto" and not (config.bisect.auto and failing(findings))):
+    timing = config.bisect.timing
+    if mode == "never" or (mode == "auto" and not (config.bisect.auto and failing(findings, timing))):
         return None
-    if not any(search.bisectable(f) for f in findings):
+    if not any(search.searchable(f, timing) for f in findings):
         progress("nothing to bisect: no finding of this shard can be searched for")
         return None
     try:
@@ -334,19 +354,29 @@ def bisect_probed(
         progress,
         budget_s=config.bisect.budget_s,
         check_good=good != base,
+        timing=timing,
     )
 
 
-def _present(result: ProbeResult, base: ProbeResult, workload: str, config: Config) -> set[str] | None:
-    """The keys of what comparing this commit's result with good's finds; None: skip the commit
-    (its workload does not build or its probe did not finish)."""
+def _present(pair: WorkloadReview, config: Config) -> tuple[set[str] | None, str]:
+    """The keys of what comparing the commit's result with base finds, or None and why the commit
+    is skipped: its workload does not build, its probe did not finish, or the timing gate could
+    not decide there (which says so, rather than calling the commit good or bad)."""
+    [result] = pair.head
     if result.status != "ok" and (result.workload_failed or result.status in ("crashed", "timeout")):
-        return None
-    found = compare_workload(WorkloadReview(name=workload, base=[base], head=[result]), config).findings
-    return {t.key for f in found for t in search.targets(f)}
+        return None, (result.message or result.status).splitlines()[0]
+    compared = compare_workload(pair, config)
+    if compared.inconclusive:
+        return None, f"{result.probe}: inconclusive here: {compared.inconclusive[0]}"
+    return {t.key for f in compared.findings for t in search.targets(f)}, ""
 
 
-def _not_bisected(f: Finding) -> Located:
+def _not_bisected(f: Finding, timing: bool) -> Located:
+    why = (
+        "a measured finding of the timing probe: bisected with --timing (bisect.timing in the workflow)"
+        if f.probe == search.TIMED_PROBE and not timing
+        else f"a measured finding of the {f.probe} probe: not bisected"
+    )
     return Located(
         key=f"{f.category}|{f.workload}",
         label=f.message.splitlines()[0][:160],
@@ -354,7 +384,7 @@ def _not_bisected(f: Finding) -> Located:
         workload=f.workload,
         probe=f.probe,
         outcome="not_bisected",
-        note="a timing finding: each step would need the gate's paired runs; not bisected yet",
+        note=why,
     )
 
 

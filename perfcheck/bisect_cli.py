@@ -112,7 +112,12 @@ def add_bisect_parser(
         default=(),
         help="comma-separated probes (default: the default ones but timing)",
     )
-    p.add_argument("--timing", action="store_true", help="bisect timing and memory findings too (slow)")
+    p.add_argument(
+        "--timing",
+        action="store_true",
+        help="add the timing probe and search its findings too: each step is the gate's paired runs of "
+        "GOOD against the commit (slow); a step it cannot decide is skipped, saying why",
+    )
     p.add_argument(
         "--device", choices=("cpu", "cuda"), default="cpu", help="where to run (default %(default)s)"
     )

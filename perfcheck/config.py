@@ -246,6 +246,11 @@ class BisectConfig(_Section):
         description="bisect the failing structural findings of a PR with more than one commit; "
         "`/perfcheck bisect` asks for it whatever this says",
     )
+    timing: bool = Field(
+        default=False,
+        description="search the timing probe's findings too: each step is the gate's paired runs of "
+        "base against that commit, and a step it cannot decide is skipped and said so",
+    )
     budget_s: float = Field(
         default=1800.0,
         gt=0,

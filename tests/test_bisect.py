@@ -295,3 +295,38 @@ def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
     assert merged is not None and merged.probe_runs == 4 and len(merged.findings) == 4
     with pytest.raises(ValueError, match="different ranges"):
         merge([doc, doc.model_copy(update={"good": c2})])
+
+
+@pytest.mark.serial  # it reads time: make test runs it after the parallel part, alone
+def test_a_slowdown_bisects_with_the_gates_paired_runs(tmp_path: Path) -> None:
+    """--timing: each step of the search is the timing gate's paired runs of good against that
+    commit, so a commit that triples the step's work is found like a graph break is."""
+    from test_timing import HEAVY
+
+    config = (
+        "workloads: [{name: net, entry: model.py:build, timeout_s: 300}]\n"
+        "timing: {compiled: false, processes: 3, max_processes: 5}\n"
+    )
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+
+    def model(repeat: int) -> str:
+        return HEAVY.format(repeat=repeat, extra_mb=0, biased=[])
+
+    good = git_commit(repo, "a net", {"model.py": model(1), "perfcheck.yml": config})
+    git_commit(repo, "docs", {"README.md": "python model.py\n"})
+    slow = git_commit(repo, "run the layers three times", {"model.py": model(3)})
+    git_commit(repo, "readme", {"README.md": "python model.py --help\n"})
+    git_commit(repo, "tidy", {"notes.txt": "done\n"})
+    out = tmp_path / "out"
+    done = perfcheck_cli(
+        "bisect", "--repo", str(repo), "--good", good, "--bad", "main", "--probes", "timing", "--timing",
+        "--out", str(out),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = BisectDoc.model_validate_json((out / "bisect.json").read_text())
+    [slower] = [f for f in doc.findings if f.category == "throughput_regression"]
+    assert slower.outcome == "found" and slower.first_bad is not None, slower
+    assert slower.first_bad.sha == slow and slower.probe_runs <= math.ceil(math.log2(doc.commits)) + 1
+    assert f"commit 2/4 {slow[:10]} · net · timing" in done.stderr  # the middle first, then 1
