@@ -131,7 +131,7 @@ class CompileConfig(_Section):
     )
     runs: int = Field(default=3, ge=2, le=20, description="cache-cold compiles measured per side")
     callgrind_budget_s: float = Field(
-        default=600.0, gt=0, description="auto: callgrind only where its estimated cost per side fits"
+        default=900.0, gt=0, description="auto: callgrind only where its estimated cost per side fits"
     )
 
 

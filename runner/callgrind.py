@@ -113,6 +113,11 @@ class Counter:
             trigger, totals = _TRIGGER.search(text), _TOTALS.search(text)
             if trigger is None or totals is None:
                 raise CallgrindError(f"cannot read callgrind's dump {path.name}")
-            out.append((trigger.group(1), int(totals.group(1))))
+            count = int(totals.group(1))
+            if count >= 2**63:
+                # A negative count wrapped around: seen with OpenMP threads running in the region
+                # (latency_runs.CALLGRIND_ENV keeps ATen on one thread for this and for noise).
+                raise CallgrindError(f"callgrind's dump {path.name} holds a negative count")
+            out.append((trigger.group(1), count))
             path.unlink()  # a dump per stage boundary: megabytes each, read once
         return out
