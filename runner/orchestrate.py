@@ -127,7 +127,8 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
 
 # Set to a folder, every probe process of every review compiles into that one cache, warm after
 # the first: for test suites and repeated local runs, where the cache is not what is measured.
-# Cold-compile figures are then not cold, and the sides share what they compiled.
+# Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
+# is not measured (runner/latency_runs.py).
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
