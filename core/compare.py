@@ -14,7 +14,15 @@ from perfcheck.config import Config
 from perfcheck.core import probes
 from perfcheck.core.explain import explain
 from perfcheck.core.probes.kind import ProbeKind
-from perfcheck.schema import Finding, ProbeResult, Severity, TimingChange, Verdict, WorkloadReview
+from perfcheck.schema import (
+    CompileLatencyChange,
+    Finding,
+    ProbeResult,
+    Severity,
+    TimingChange,
+    Verdict,
+    WorkloadReview,
+)
 
 
 @dataclass(frozen=True)
@@ -23,6 +31,7 @@ class Comparison:
     # Why the verdict could not be decided either way (a side that could not be probed, ...).
     inconclusive: list[str] = field(default_factory=list)
     timing_changes: dict[str, TimingChange] = field(default_factory=dict)
+    compile_latency_changes: dict[str, CompileLatencyChange] = field(default_factory=dict)
 
     @property
     def verdict(self) -> Verdict:
@@ -93,6 +102,7 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
     findings: list[Finding] = []
     inconclusive: list[str] = []
     changes: dict[str, TimingChange] = {}
+    latency: dict[str, CompileLatencyChange] = {}
     for name in sorted(set(base) | set(head)):
         b, h = base.get(name), head.get(name)
         findings += _status_findings(wl.name, name, b, h, inconclusive)
@@ -117,7 +127,9 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
             inconclusive += got.inconclusive
             if got.timing is not None:
                 changes[wl.name] = got.timing
-    return Comparison(explain(findings), inconclusive, changes)
+            if got.compile_latency is not None:
+                latency[wl.name] = got.compile_latency
+    return Comparison(explain(findings), inconclusive, changes, latency)
 
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}
@@ -131,4 +143,5 @@ def compare(workloads: list[WorkloadReview], config: Config) -> Comparison:
         findings=findings,
         inconclusive=[why for c in each for why in c.inconclusive],
         timing_changes={k: v for c in each for k, v in c.timing_changes.items()},
+        compile_latency_changes={k: v for c in each for k, v in c.compile_latency_changes.items()},
     )

@@ -106,6 +106,19 @@ class ProcessEstimate:
         return (self.ratio_high - 1) * 100
 
 
+def ratio_fields(est: ProcessEstimate) -> dict[str, float]:
+    """The estimate as the fields of a schema RatioChange (its verdict and budget aside)."""
+    return {
+        "base": est.base,
+        "head": est.head,
+        "ratio": est.ratio,
+        "ratio_low": est.ratio_low,
+        "ratio_high": est.ratio_high,
+        "confidence": est.confidence,
+        "p_value": est.p_value,
+    }
+
+
 def geometric_mean(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs))
 

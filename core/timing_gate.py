@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from statistics import median
 
 from perfcheck.config import BudgetsConfig, TimingConfig
-from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio
+from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio, ratio_fields
 from perfcheck.schema import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
 
 # The GPU busy for at least this share of the wall-clock step: the host keeps ahead of it, and the
@@ -56,14 +56,8 @@ def _change(
         return None
     est = process_ratio([b for b, _ in pairs], [h for _, h in pairs], confidence)  # type: ignore[misc]
     return MetricChange(
+        **ratio_fields(est),
         metric=metric,
-        base=est.base,
-        head=est.head,
-        ratio=est.ratio,
-        ratio_low=est.ratio_low,
-        ratio_high=est.ratio_high,
-        confidence=est.confidence,
-        p_value=est.p_value,
         processes=est.n,
         budget_pct=budget_pct,
         verdict=budget_verdict(est, budget_pct),

@@ -112,12 +112,27 @@ class BudgetsConfig(_Section):
     )
     max_peak_memory_growth_mb: float = Field(default=112.0, ge=0)
     compile_latency_s: dict[str, float] = Field(default_factory=dict, description="workload name -> seconds")
+    max_compile_instructions_regression_pct: float = Field(
+        default=10.0, ge=0, description="a cold compile's instructions under callgrind, head over base"
+    )
+    max_compile_time_regression_pct: float = Field(
+        default=20.0, ge=0, description="a cold compile's wall-clock time, head over base"
+    )
 
 
 class CompileConfig(_Section):
     backend: str = "inductor"
     mode: str | None = None
     dynamic: bool | None = None
+    measure: Literal["auto", "callgrind", "wall"] = Field(
+        default="auto",
+        description="how compile latency is measured: instructions under callgrind, wall-clock "
+        "seconds, or auto (callgrind on a CPU with valgrind where it fits callgrind_budget_s)",
+    )
+    runs: int = Field(default=3, ge=2, le=20, description="cache-cold compiles measured per side")
+    callgrind_budget_s: float = Field(
+        default=900.0, gt=0, description="auto: callgrind only where its estimated cost per side fits"
+    )
 
 
 # Settings of the round-based gate that the process-based one replaced, and what took their place.

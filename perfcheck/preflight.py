@@ -132,6 +132,23 @@ _ASK = (
 )
 
 
+def check_compile_measure(measure: str, source: str, device: str, have_valgrind: bool) -> None:
+    """``compile.measure: callgrind`` where it cannot count: refused before anything runs, rather than
+    a review that silently measures something else (``auto`` falls back and says so)."""
+    if measure != "callgrind":
+        return
+    if not have_valgrind:
+        raise SetupError(
+            f"{source}: compile.measure: callgrind needs valgrind, which is not on PATH "
+            "(install it, or use auto or wall)"
+        )
+    if device != "cpu":
+        raise SetupError(
+            f"{source}: compile.measure: callgrind counts CPU compiles only; "
+            f"with --device {device} use auto or wall"
+        )
+
+
 def check_interpreter(python: str, flag: str, device: str) -> None:
     """``python`` runs, imports this perfcheck and torch, and sees a GPU when the device is CUDA."""
     if python == sys.executable and device != "cuda":

@@ -33,6 +33,7 @@ from perfcheck.core.compare import compare
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
+from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
 from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
 
@@ -137,7 +138,13 @@ def assemble(workloads: list[WorkloadReview], config: Config, base: SideInfo, he
         base=base,
         head=head,
         workloads=[
-            wl.model_copy(update={"timing": comparison.timing_changes.get(wl.name)}) for wl in workloads
+            wl.model_copy(
+                update={
+                    "timing": comparison.timing_changes.get(wl.name),
+                    "compile_latency": comparison.compile_latency_changes.get(wl.name),
+                }
+            )
+            for wl in workloads
         ],
         findings=comparison.findings,
         inconclusive=comparison.inconclusive,
@@ -170,6 +177,9 @@ def probe(request: ReviewRequest) -> ProbeRun:
     mine = shard_of(chosen, request.shard)
     try:
         preflight.check_workloads(mine, request.config.source, base, head)
+        preflight.check_compile_measure(
+            request.config.compile.measure, request.config.source, request.device, valgrind() is not None
+        )
         for python, flag in {base_python: "--base-python", head_python: "--head-python"}.items():
             preflight.check_interpreter(python, flag, request.device)
     except preflight.SetupError as err:

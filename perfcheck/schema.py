@@ -99,6 +99,38 @@ class Recompile(_Strict):
     )
 
 
+CompileMeasure = Literal["callgrind", "wall"]
+
+# The stages of a compile, as torch itself splits its time (and the callgrind count follows):
+# Dynamo's tracing, AOTAutograd inside the backend, Inductor's codegen inside AOTAutograd, and
+# what lies outside all three (guards, running the first step).
+COMPILE_STAGES: Final = ("dynamo", "aot_autograd", "inductor", "other")
+
+
+class CompileSample(_Strict):
+    """One cache-cold compile in a warm process: torch.compile and the first step, fresh caches."""
+
+    wall_s: float = Field(ge=0)
+    stages_s: dict[str, float] = Field(default_factory=dict, description="torch's own seconds per stage")
+    instructions: int | None = Field(
+        default=None, ge=0, description="callgrind: instructions of the compiling process in the region"
+    )
+    stage_instructions: dict[str, int] = Field(default_factory=dict, description="callgrind, per stage")
+
+
+class CompileLatency(_Strict):
+    """Repeated cold compiles of one side; sample i of base ran as the pair of sample i of head."""
+
+    measure: CompileMeasure
+    samples: list[CompileSample] = Field(default_factory=list, max_length=64)
+    note: str | None = Field(
+        default=None, max_length=2000, description="why the measure is not the one asked for"
+    )
+    failures: list[str] = Field(
+        default_factory=list, max_length=40, description="processes that handed back no samples, and why"
+    )
+
+
 class CompileMetrics(_Strict):
     backend: str
     graph_count: int = Field(ge=0)
@@ -114,6 +146,9 @@ class CompileMetrics(_Strict):
     cold_compile_s: float = Field(ge=0)
     compile_breakdown_s: dict[str, float] = Field(
         default_factory=dict, description="dynamo / aot / inductor seconds where torch reports them"
+    )
+    latency: CompileLatency | None = Field(
+        default=None, description="the repeated cold compiles the latency verdict comes from"
     )
     op_count: int = Field(default=0, ge=0)
     # Set when torch.compile itself rejected the code (the probe's status is then "failed").
@@ -369,21 +404,18 @@ class SideInfo(_Strict):
 TimingMetric = Literal["device_ms", "step_ms", "host_ms"]
 
 
-class MetricChange(_Strict):
-    """head/base of one timing metric over the process pairs, as the verdict saw it."""
+class RatioChange(_Strict):
+    """head/base over pairs (core/stats.py's estimate) and what it says against a budget."""
 
-    metric: TimingMetric
-    base: float = Field(gt=0, description="geometric mean over base's processes")
+    base: float = Field(gt=0, description="geometric mean over base's processes (or compiles)")
     head: float = Field(gt=0)
     ratio: float = Field(gt=0, description="head / base; equals head / base of the two figures")
     ratio_low: float = Field(gt=0)
     ratio_high: float = Field(gt=0)
     confidence: float = Field(gt=0, lt=1)
     p_value: float = Field(ge=0, le=1)
-    processes: int = Field(ge=2, description="process pairs")
     budget_pct: float
     verdict: Verdict
-    decides: bool = Field(description="whether this metric counts toward the verdict")
 
     @property
     def change_pct(self) -> float:
@@ -396,6 +428,14 @@ class MetricChange(_Strict):
     @property
     def high_pct(self) -> float:
         return (self.ratio_high - 1) * 100
+
+
+class MetricChange(RatioChange):
+    """head/base of one timing metric over the process pairs, as the verdict saw it."""
+
+    metric: TimingMetric
+    processes: int = Field(ge=2, description="process pairs")
+    decides: bool = Field(description="whether this metric counts toward the verdict")
 
 
 class TimingChange(_Strict):
@@ -411,11 +451,29 @@ class TimingChange(_Strict):
     verdict: Verdict
 
 
+class StageLatency(_Strict):
+    """One compile stage's cost, the median over a side's samples, in the deciding measure's unit."""
+
+    stage: str
+    base: float = Field(ge=0)
+    head: float = Field(ge=0)
+
+
+class CompileLatencyChange(RatioChange):
+    """head/base of cache-cold compiles over pairs of compiles, as the compile verdict saw it."""
+
+    measure: CompileMeasure = Field(description="callgrind: instructions decide; wall: seconds")
+    pairs: int = Field(ge=2, description="pairs of compiles")
+    warn: bool = Field(description="a significant slowdown within the budget")
+    stages: list[StageLatency] = []
+
+
 class WorkloadReview(_Strict):
     name: str
     base: list[ProbeResult] = []
     head: list[ProbeResult] = []
     timing: TimingChange | None = None
+    compile_latency: CompileLatencyChange | None = None
 
 
 # Where a review's settings came from: --config, the base tree (the gate), the PR's tree (base has

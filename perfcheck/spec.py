@@ -18,7 +18,16 @@ from perfcheck.config import (
     TimingConfig,
     WorkloadConfig,
 )
-from perfcheck.schema import Plant, Side
+from perfcheck.schema import CompileMeasure, Plant, Side
+
+
+class LatencyPlan(BaseModel):
+    """What one compile-latency process measures: ``compiles`` cache-cold compiles after a warm-up."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    measure: CompileMeasure
+    compiles: int
 
 
 class ProbeSpec(BaseModel):
@@ -44,3 +53,5 @@ class ProbeSpec(BaseModel):
     # launches the (empty) sleep kernel on a side planted with 0 %, so that both sides launch the
     # same kernels and only time tells them apart.
     plant: Plant | None = None
+    # The compile_latency worker's plan (runner/latency_runs.py); None for every other probe.
+    latency: LatencyPlan | None = None

@@ -26,6 +26,7 @@ from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import channel, reaper
 from perfcheck.schema import (
+    CompileLatency,
     ContractError,
     ProbeResult,
     ProbeStatus,
@@ -126,7 +127,8 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
 
 # Set to a folder, every probe process of every review compiles into that one cache, warm after
 # the first: for test suites and repeated local runs, where the cache is not what is measured.
-# Cold-compile figures are then not cold, and the sides share what they compiled.
+# Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
+# is not measured (runner/latency_runs.py).
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
@@ -165,7 +167,14 @@ class Ended:
 
 
 def run_module(
-    python: str, module: str, spec_path: Path, cwd: str, env: dict[str, str], timeout_s: float, log_path: Path
+    python: str,
+    module: str,
+    spec_path: Path,
+    cwd: str,
+    env: dict[str, str],
+    timeout_s: float,
+    log_path: Path,
+    prefix: Sequence[str] = (),
 ) -> Ended:
     """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``. When it ends,
     at its time limit or by itself, its process group is killed and every orphan it left is reaped
@@ -173,7 +182,7 @@ def run_module(
     with log_path.open("wb") as log, channel.open_channel() as result:
         with reaper.spawning() as ours:
             proc = subprocess.Popen(
-                [python, "-m", module, str(spec_path), channel.argument(result)],
+                [*prefix, python, "-m", module, str(spec_path), channel.argument(result)],
                 cwd=cwd,
                 env=env,
                 stdout=log,
@@ -196,16 +205,29 @@ def run_module(
 
 
 def run_probe(
-    spec: ProbeSpec, python: str, timeout_s: float, workdir: Path, cache: Path | None = None
+    spec: ProbeSpec,
+    python: str,
+    timeout_s: float,
+    workdir: Path,
+    cache: Path | None = None,
+    *,
+    tag: str = "",
+    prefix: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
 ) -> ProbeResult:
-    """Run one probe in a fresh process; never raises for anything the probe does."""
-    stem = f"{spec.side}-{spec.workload.name}-{spec.probe}"
+    """Run one probe in a fresh process; never raises for anything the probe does. ``tag`` tells
+    apart the logs of several processes of one probe; ``prefix`` runs it under another program
+    (valgrind); without ``cache`` the process compiles into a fresh cache of its own."""
+    stem = f"{spec.side}-{spec.workload.name}-{spec.probe}{tag}"
     spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
         env = probe_env(cache, shared=True) if cache is not None else probe_env(Path(own))
-        ended = run_module(python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path)
+        env.update(extra_env or {})
+        ended = run_module(
+            python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path, prefix
+        )
     code = ended.code
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
@@ -302,6 +324,7 @@ def run_review(
         if more:
             progress.total += len(more)
             collected += list(pool.map(one, more))
+    collected = _with_compile_latency(run, wanted, collected, workdir, progress)
     for wl, probe in paired:
         task = progress.begin(f"base ⇄ head · {wl.name} · {probe}")
 
@@ -327,6 +350,58 @@ def run_review(
         review = results[r.workload]
         results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
     return list(results.values())
+
+
+def _with_compile_latency(
+    run: ReviewRun,
+    wanted: list[tuple[WorkloadConfig, str]],
+    done: list[ProbeResult],
+    workdir: Path,
+    progress: Progress,
+) -> list[ProbeResult]:
+    """Each compile result that both sides finished, with its side's cache-cold compile samples."""
+    out = list(done)
+    if os.environ.get(SHARED_CACHE_ENV):
+        # One cache for every process, asked for: no compile is cold, so none is measured as one.
+        return out
+    for wl in dict.fromkeys(w for w, p in wanted if p == "compile"):
+        at = {r.side: i for i, r in enumerate(out) if r.workload == wl.name and r.probe == "compile"}
+        if set(at) != {"base", "head"} or any(out[i].status != "ok" for i in at.values()):
+            continue  # a side that could not compile has no latency to compare
+        metrics = {side: out[i].compile for side, i in at.items()}
+        if any(m is None for m in metrics.values()):
+            continue
+        first_s = max(m.cold_compile_s for m in metrics.values() if m is not None)
+        measured = _compile_latency(run, wl, first_s, workdir, progress)
+        for side, i in at.items():
+            m = metrics[side]
+            assert m is not None
+            out[i] = out[i].model_copy(update={"compile": m.model_copy(update={"latency": measured[side]})})
+    return out
+
+
+def _compile_latency(
+    run: ReviewRun, wl: WorkloadConfig, first_s: float, workdir: Path, progress: Progress
+) -> dict[Side, CompileLatency]:
+    from perfcheck.runner import callgrind, latency_runs
+
+    have_valgrind = callgrind.valgrind() is not None
+    choice = latency_runs.choose(run.config.compile, run.device, have_valgrind, first_s)
+    progress.total += 1
+    task = progress.begin(f"base ⇄ head · {wl.name} · compile latency ({choice.measure})")
+    sides = {"base": run.base, "head": run.head}
+
+    def launch(spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str]) -> ProbeResult:
+        task.note(f"{side}{tag}")
+        python = sides[side].python
+        return run_probe(spec, python, wl.timeout_s, workdir, tag=tag, prefix=prefix, extra_env=env)
+
+    specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}
+    measured = latency_runs.measure(specs, choice, run.config.compile.runs, launch)
+    n = min(len(m.samples) for m in measured.values())
+    failed = [f for m in measured.values() for f in m.failures]
+    task.finish(f"{choice.measure}, {n} per side" if n else f"not measured: {failed[0] if failed else ''}")
+    return measured
 
 
 def _follow_ups(

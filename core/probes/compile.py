@@ -7,9 +7,10 @@ import re
 from collections import Counter
 
 from perfcheck.config import Config
-from perfcheck.core import deltas
+from perfcheck.core import compile_latency, deltas
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, status_cell
 from perfcheck.schema import (
+    CompileLatencyChange,
     CompileMetrics,
     Finding,
     GraphBreak,
@@ -181,29 +182,105 @@ def _with_recompiles(
     return out
 
 
-def _compile_latency_findings(
-    wl: str, base: CompileMetrics, head: CompileMetrics, config: Config
-) -> list[Finding]:
+STAGE_LABELS = {
+    "dynamo": "Dynamo",
+    "aot_autograd": "AOTAutograd",
+    "inductor": "Inductor",
+    "other": "other (guards, the first step)",
+}
+
+
+def latency_figure(value: float, measure: str) -> str:
+    """An instruction count in millions (``372.4 M instr``) or seconds."""
+    if measure == "callgrind":
+        return f"{value / 1e9:,.2f} G instr" if value >= 1e10 else f"{value / 1e6:,.1f} M instr"
+    return f"{value:,.2f} s"
+
+
+def _stage_words(change: CompileLatencyChange) -> str:
+    top = compile_latency.grew(change)
+    if top is None:
+        return ""
+    name = STAGE_LABELS.get(top.stage, top.stage)
+    return (
+        f"; {name} grew most: {latency_figure(top.base, change.measure)} → "
+        f"{latency_figure(top.head, change.measure)} ({deltas.relative(top.base, top.head)})"
+    )
+
+
+def _relative_finding(wl: str, change: CompileLatencyChange) -> Finding | None:
+    """Beyond the relative budget (the whole interval): an error; significant within it: a warning."""
+    if change.verdict != "fail" and not change.warn:
+        return None
+    what = "instructions" if change.measure == "callgrind" else "wall-clock time"
+    where = "beyond" if change.verdict == "fail" else "significant, within"
+    top = compile_latency.grew(change)
+    return Finding(
+        category="compile_latency_regression",
+        severity="error" if change.verdict == "fail" else "warning",
+        workload=wl,
+        probe="compile",
+        message=f"cache-cold compile {what} {latency_figure(change.base, change.measure)} → "
+        f"{latency_figure(change.head, change.measure)}, "
+        f"{deltas.interval(change.change_pct, change.low_pct, change.high_pct)} "
+        f"({change.confidence:.0%} CI, {change.pairs} pairs of compiles), {where} the "
+        f"{change.budget_pct:g} % budget{_stage_words(change)}",
+        evidence={
+            "measure": change.measure,
+            "base": change.base,
+            "head": change.head,
+            "change_pct": round(change.change_pct, 3),
+            "p_value": change.p_value,
+            "budget_pct": change.budget_pct,
+            "stage": top.stage if top else "",
+            "stages": {st.stage: [st.base, st.head] for st in change.stages},
+        },
+    )
+
+
+def _absolute_finding(
+    wl: str, base: CompileMetrics, head: CompileMetrics, config: Config, change: CompileLatencyChange | None
+) -> Finding | None:
+    """The workload's own seconds, against a process's first compile: what a user waits for."""
     limit = config.budgets.compile_latency_s.get(wl)
     if limit is None or head.cold_compile_s <= limit:
-        return []
-    return [
-        Finding(
-            category="compile_latency_regression",
-            severity="error",
-            workload=wl,
-            probe="compile",
-            message=f"cold compile {base.cold_compile_s:.1f} → {head.cold_compile_s:.1f} s, over the "
-            f"{limit:g} s budget",
-            evidence={
-                "base_s": base.cold_compile_s,
-                "head_s": head.cold_compile_s,
-                "budget_s": limit,
-                "breakdown_base": base.compile_breakdown_s,
-                "breakdown_head": head.compile_breakdown_s,
-            },
-        )
-    ]
+        return None
+    return Finding(
+        category="compile_latency_regression",
+        severity="error",
+        workload=wl,
+        probe="compile",
+        message=f"cold compile {base.cold_compile_s:.1f} → {head.cold_compile_s:.1f} s, over the "
+        f"{limit:g} s budget{_stage_words(change) if change else ''}",
+        evidence={
+            "base_s": base.cold_compile_s,
+            "head_s": head.cold_compile_s,
+            "budget_s": limit,
+            "breakdown_base": base.compile_breakdown_s,
+            "breakdown_head": head.compile_breakdown_s,
+        },
+    )
+
+
+def _compile_latency(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> Compared:
+    change = None
+    findings: list[Finding] = []
+    inconclusive: list[str] = []
+    if compile_latency.unmeasured(base.latency, head.latency) is None:
+        assert base.latency is not None and head.latency is not None
+        change = compile_latency.decide(base.latency, head.latency, config.budgets, config.timing)
+        relative = _relative_finding(wl, change)
+        findings += [relative] if relative else []
+        if change.verdict == "inconclusive":
+            inconclusive.append(
+                f"{wl}/compile: compile latency "
+                f"{deltas.interval(change.change_pct, change.low_pct, change.high_pct)} over "
+                f"{change.pairs} pairs straddles the {change.budget_pct:g} % budget "
+                "(more compile.runs narrow it)"
+            )
+    absolute = _absolute_finding(wl, base, head, config, change)
+    findings += [absolute] if absolute and not findings else []
+    return Compared(findings, inconclusive, compile_latency=change)
 
 
 def _compile_failed(wl: str, base: ProbeResult, head: ProbeResult) -> Finding | None:
@@ -221,7 +298,12 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     b, h = base.compile, head.compile
     if b is None or h is None or "failed" in (base.status, head.status):
         return Compared()
-    return Compared(_compile_findings(wl, b, h, config) + _compile_latency_findings(wl, b, h, config))
+    latency = _compile_latency(wl, b, h, config)
+    return Compared(
+        _compile_findings(wl, b, h, config) + latency.findings,
+        latency.inconclusive,
+        compile_latency=latency.compile_latency,
+    )
 
 
 def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
@@ -260,15 +342,49 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 )
             )
         either = hm or bm
+        rows += _latency_rows(bm, hm, wl.compile_latency)
+        first = "first compile of a process" if wl.compile_latency else "cold compile"
+        role = " · context" if wl.compile_latency else ""
         rows.append(
             Row(
                 # One cold compile per side: the Δ is a single measurement's, not an estimate.
-                f"cold compile ({either.backend}, one run each)" if either else "cold compile (one run each)",
+                f"{first} ({either.backend}, one run each){role}" if either else f"{first} (one run each)",
                 cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
                 cell(hc, f"{hm.cold_compile_s:.2f} s" if hm else None),
                 deltas.relative(bm.cold_compile_s, hm.cold_compile_s, digits=0, missing="")
                 if bm and hm
                 else "",
+            )
+        )
+    return rows
+
+
+def _latency_rows(
+    bm: CompileMetrics | None, hm: CompileMetrics | None, change: CompileLatencyChange | None
+) -> list[Row]:
+    """The deciding compile-latency row, then each stage's base → head."""
+    if change is None:
+        why = compile_latency.unmeasured(bm.latency if bm else None, hm.latency if hm else None)
+        measured = (bm and bm.latency) or (hm and hm.latency)
+        return [Row("compile latency (cache-cold)", "—", "—", why or "")] if measured else []
+    how = "instructions, callgrind" if change.measure == "callgrind" else "wall clock"
+    note = (hm.latency.note if hm and hm.latency else None) or ""
+    rows = [
+        Row(
+            f"compile latency ({how}, {change.pairs} cache-cold per side) · decides",
+            latency_figure(change.base, change.measure),
+            latency_figure(change.head, change.measure),
+            deltas.interval(change.change_pct, change.low_pct, change.high_pct)
+            + (f" · {note}" if note else ""),
+        )
+    ]
+    for st in change.stages:
+        rows.append(
+            Row(
+                f"· {STAGE_LABELS.get(st.stage, st.stage)}",
+                latency_figure(st.base, change.measure),
+                latency_figure(st.head, change.measure),
+                deltas.relative(st.base, st.head),
             )
         )
     return rows

@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from perfcheck.config import Config
-from perfcheck.schema import Finding, ProbeResult, TimingChange, WorkloadReview
+from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Compared:
     findings: list[Finding] = field(default_factory=list)
     inconclusive: list[str] = field(default_factory=list)  # why the verdict cannot be decided
     timing: TimingChange | None = None
+    compile_latency: CompileLatencyChange | None = None
 
 
 Compare = Callable[[str, ProbeResult, ProbeResult, Config], Compared]

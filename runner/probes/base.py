@@ -60,6 +60,7 @@ def get_probe(name: str) -> Probe:
     # out of the package's __init__ and loads torch only in the worker.
     from perfcheck.runner.probes import (  # noqa: F401
         amp_probe,
+        compile_latency_probe,
         compile_probe,
         custom_op_probe,
         ddp_probe,

@@ -1,0 +1,208 @@
+"""Compile latency: repeated cache-cold compiles, counted under callgrind or timed, per stage.
+
+The decision rules over hand-made samples (pure, no torch), then real reviews: an A/A under
+callgrind stays within ±2 % with no finding, a head that compiles a deeper graph is reported
+naming the stage, the wall-clock measure interleaves its processes, and callgrind asked for
+where valgrind is missing is bad input.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ReviewFn, fast_config, model_tree, write_tree
+
+from perfcheck.config import CompileConfig, parse_config
+from perfcheck.core.compare import compare
+from perfcheck.runner import callgrind
+from perfcheck.runner.latency_runs import choose, schedule
+from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.schema import CompileLatency, CompileMetrics, CompileSample, ProbeResult, WorkloadReview
+
+HAVE_VALGRIND = callgrind.valgrind() is not None and callgrind.header_dir() is not None
+
+
+def _sample(dynamo: float, aot: float, measure: str) -> CompileSample:
+    if measure == "callgrind":
+        return CompileSample(
+            wall_s=1.0,
+            instructions=int(dynamo + aot),
+            stage_instructions={"dynamo": int(dynamo), "aot_autograd": int(aot)},
+        )
+    return CompileSample(wall_s=dynamo + aot, stages_s={"dynamo": dynamo, "aot_autograd": aot})
+
+
+def _result(side: str, samples: list[CompileSample], measure: str) -> ProbeResult:
+    latency = CompileLatency(measure=measure, samples=samples)  # type: ignore[arg-type]
+    metrics = CompileMetrics(
+        backend="aot_eager",
+        graph_count=1,
+        graph_break_count=0,
+        recompile_count=0,
+        cold_compile_s=1.0,
+        latency=latency,
+    )
+    return ProbeResult(probe="compile", workload="w", side=side, status="ok", duration_s=1.0, compile=metrics)  # type: ignore[arg-type]
+
+
+def _compare(base: list[CompileSample], head: list[CompileSample], measure: str, config: str = "{}"):
+    wl = WorkloadReview(
+        name="w", base=[_result("base", base, measure)], head=[_result("head", head, measure)]
+    )
+    return compare([wl], parse_config(config, "c.yml"))
+
+
+def test_a_compile_that_grew_35_percent_fails_naming_the_stage_without_a_per_workload_budget() -> None:
+    base = [_sample(1.00, 2.0, "wall"), _sample(1.05, 2.1, "wall"), _sample(0.95, 1.9, "wall")]
+    head = [_sample(1.02, 3.0, "wall"), _sample(1.06, 3.2, "wall"), _sample(0.97, 2.9, "wall")]
+    got = _compare(base, head, "wall")
+    [f] = got.findings
+    assert f.category == "compile_latency_regression" and f.severity == "error"
+    assert f.evidence["stage"] == "aot_autograd" and "AOTAutograd grew most" in f.message
+    assert "20 % budget" in f.message
+    assert got.compile_latency_changes["w"].measure == "wall"
+
+
+def test_a_significant_change_within_the_budget_is_a_warning_and_noise_is_nothing() -> None:
+    base = [
+        _sample(1e8, 2e8, "callgrind"),
+        _sample(1.001e8, 2e8, "callgrind"),
+        _sample(0.999e8, 2e8, "callgrind"),
+    ]
+    grown = [
+        _sample(1.1e8, 2.05e8, "callgrind"),
+        _sample(1.101e8, 2.05e8, "callgrind"),
+        _sample(1.099e8, 2.05e8, "callgrind"),
+    ]
+    [f] = _compare(base, grown, "callgrind").findings
+    assert f.severity == "warning" and f.evidence["stage"] == "dynamo" and "10 % budget" in f.message
+    same = [
+        _sample(1.0002e8, 2e8, "callgrind"),
+        _sample(1.0009e8, 2e8, "callgrind"),
+        _sample(0.9995e8, 2e8, "callgrind"),
+    ]
+    quiet = _compare(base, same, "callgrind")
+    assert quiet.findings == [] and quiet.verdict == "pass"
+
+
+def test_an_interval_that_straddles_the_budget_is_inconclusive() -> None:
+    base = [_sample(1.0, 2.0, "wall"), _sample(1.0, 2.0, "wall"), _sample(1.0, 2.0, "wall")]
+    head = [_sample(1.0, 2.2, "wall"), _sample(1.0, 3.4, "wall"), _sample(1.0, 2.6, "wall")]
+    got = _compare(base, head, "wall")
+    assert got.verdict == "inconclusive" and "straddles the 20 % budget" in got.inconclusive[0]
+
+
+def test_wall_clock_compiles_interleave_and_auto_says_why_it_is_not_callgrind() -> None:
+    assert schedule("wall", 3) == [
+        ("base", 1),
+        ("head", 1),
+        ("head", 1),
+        ("base", 1),
+        ("base", 1),
+        ("head", 1),
+    ]
+    assert schedule("callgrind", 3) == [("base", 3), ("head", 3)]
+    auto = CompileConfig()
+    assert choose(auto, "cpu", True, 1.0).measure == "callgrind"
+    assert choose(auto, "cuda", True, 1.0).measure == "wall"
+    missing = choose(auto, "cpu", False, 1.0)
+    assert missing.measure == "wall" and "valgrind is not installed" in (missing.note or "")
+    big = choose(auto, "cpu", True, 120.0)
+    assert big.measure == "wall" and "compile.callgrind_budget_s" in (big.note or "")
+
+
+DEEPER = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 32)
+        self.extra = nn.ModuleList(nn.Linear(32, 32) for _ in range(8))
+        self.fc2 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))
+        for layer in self.extra:
+            h = torch.relu(layer(h))
+        return self.fc2(h)
+
+
+def build(device):
+    gen = torch.Generator().manual_seed(0)
+    return Net().to(device), (torch.randn(8, 16, generator=gen).to(device),)
+"""
+
+
+@pytest.fixture
+def cold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The session's shared compile cache off: with it no compile is cold, and none is measured."""
+    monkeypatch.delenv(SHARED_CACHE_ENV, raising=False)
+
+
+@pytest.mark.skipif(not HAVE_VALGRIND, reason="valgrind (with callgrind.h) is not installed")
+def test_callgrind_a_a_stays_within_2_percent_and_a_deeper_graph_is_named(
+    tmp_path: Path, review: ReviewFn, cold: None
+) -> None:
+    config = fast_config("  measure: callgrind\n  runs: 2\n")
+    base = model_tree(tmp_path / "base")
+    same = review(base, model_tree(tmp_path / "same"), config, probes=("compile",))
+    change = same.workloads[0].compile_latency
+    assert change is not None and change.measure == "callgrind" and change.pairs == 2
+    assert change.low_pct >= -2.0 and change.high_pct <= 2.0, change
+    assert same.findings == [] and same.verdict == "pass"
+    head_latency = same.workloads[0].head[0].compile.latency  # type: ignore[union-attr]
+    assert all(s.instructions and s.stage_instructions["dynamo"] > 0 for s in head_latency.samples)  # type: ignore[union-attr]
+
+    deeper = review(base, write_tree(tmp_path / "deeper", {"model.py": DEEPER}), config, probes=("compile",))
+    [f] = [f for f in deeper.findings if f.category == "compile_latency_regression"]
+    assert f.severity == "error" and f.evidence["stage"] in ("dynamo", "aot_autograd")
+    # The stage named is the one that added the most instructions, and it grew beyond the budget.
+    added = {k: v[1] - v[0] for k, v in f.evidence["stages"].items()}
+    base_count, head_count = f.evidence["stages"][f.evidence["stage"]]
+    assert added[f.evidence["stage"]] == max(added.values()) and head_count > 1.1 * base_count
+    assert deeper.verdict == "fail"
+
+
+def test_wall_clock_measure_runs_interleaved_fresh_processes_per_side(
+    tmp_path: Path, review: ReviewFn, cold: None
+) -> None:
+    config = fast_config("  measure: wall\n  runs: 2\n")
+    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
+    logs = sorted(p.name for p in (tmp_path / "out" / "probes").glob("*compile_latency*.log"))
+    # base, head, then head, base: which side goes first alternates.
+    assert logs == [
+        f"{s}-net-compile_latency-{i}.log" for i, s in ((0, "base"), (3, "base"), (1, "head"), (2, "head"))
+    ]
+    change = result.workloads[0].compile_latency
+    assert change is not None and change.measure == "wall" and change.pairs == 2
+    for side in (result.workloads[0].base[0], result.workloads[0].head[0]):
+        samples = side.compile.latency.samples  # type: ignore[union-attr]
+        assert len(samples) == 2 and all(s.instructions is None and s.stages_s["dynamo"] > 0 for s in samples)
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "compile latency (wall clock, 2 cache-cold per side) · decides" in comment
+    assert (
+        "| · Dynamo |" in comment
+        and "first compile of a process (aot\\_eager, one run each) · context" in comment
+    )
+
+
+def test_callgrind_asked_for_without_valgrind_is_bad_input(tmp_path: Path) -> None:
+    base = model_tree(tmp_path / "base")
+    (tmp_path / "perfcheck.yml").write_text(
+        "workloads: [{name: net, entry: model.py:build}]\ncompile: {backend: aot_eager, measure: callgrind}\n"
+    )
+    env = {**os.environ, "PATH": str(Path(sys.executable).parent)}  # this venv's tools only: no valgrind
+    done = subprocess.run(
+        [sys.executable, "-m", "perfcheck", "review", "--base", str(base), "--head", str(base),
+         "--config", str(tmp_path / "perfcheck.yml"), "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, env=env, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "compile.measure: callgrind needs valgrind" in done.stderr and "Traceback" not in done.stderr
