@@ -7,6 +7,8 @@
 #                                                        $OUT/switch-TAG.json and one recorded device pass
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
+#   bench/h200.sh compile-latency [MEASURE] [RUNS]    -> $OUT/cl-*/ (compile latency: A/A twice, then a
+#                                                        twice-as-deep head; ResNet-18/34, inductor)
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 #   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
@@ -69,6 +71,29 @@ case "$1" in
     grep "^\[" "$OUT/suite-progress.log" | tail -20
     cp "$OUT/suite/result.json" "$OUT/suite-result.json" 2>/dev/null
     kill %1 2>/dev/null
+    ;;
+  compile-latency)
+    # Compile latency on the GPU (issue 20): `auto` measures wall-clock seconds here (callgrind
+    # cannot follow CUDA), compile.runs fresh-cache compiles per side, interleaved. Two A/A
+    # reviews of torchvision's ResNet-18 (inference, Inductor), then ResNet-18 against ResNet-34
+    # (the same blocks, twice as deep), each `--probes compile`, each timed; CL_RUNS="NAME:HEAD ..."
+    # picks which (a ResNet-18 cold compile is ~35-40 s here, so one review is ~5 min at 3 runs).
+    for arch in resnet18 resnet34; do
+      mkdir -p "/tmp/cl/$arch"
+      printf 'import torch\nimport torchvision\n\n\ndef build(device):\n    model = torchvision.models.%s().to(device).eval()\n    return model, (torch.randn(32, 3, 224, 224, device=device),)\n' \
+        "$arch" > "/tmp/cl/$arch/model.py"
+    done
+    printf 'workloads: [{name: resnet, entry: model.py:build, timeout_s: 1200}]\ncompile: {measure: %s, runs: %s}\n' \
+      "${2:-wall}" "${3:-3}" > /tmp/cl/perfcheck.yml
+    for run in ${CL_RUNS:-aa-1:resnet18 aa-2:resnet18 deeper:resnet34}; do
+      name=${run%%:*}; head=${run#*:}; start=$(date +%s)
+      timeout "${TIMEOUT:-280}" python3 -m perfcheck review --base /tmp/cl/resnet18 --head "/tmp/cl/$head" \
+        --config /tmp/cl/perfcheck.yml --device cuda --probes compile --out "$OUT/cl-$name" \
+        > "$OUT/cl-$name.md" 2> "$OUT/cl-$name.log"
+      echo "compile-latency $name: exit code $? · wall $(( $(date +%s) - start )) s"
+      grep -E "cold compile|compile latency|first compile|instructions|seconds|dynamo|AOT|inductor|Inconclusive|straddle" \
+        "$OUT/cl-$name.md" | head -12
+    done
     ;;
   demo)
     python3 -m perfcheck review --base examples/demo/base --head examples/demo/head --device cuda --jobs 4 \

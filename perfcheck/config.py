@@ -124,10 +124,11 @@ class CompileConfig(_Section):
     backend: str = "inductor"
     mode: str | None = None
     dynamic: bool | None = None
-    measure: Literal["auto", "callgrind", "wall"] = Field(
+    measure: Literal["auto", "callgrind", "wall", "off"] = Field(
         default="auto",
         description="how compile latency is measured: instructions under callgrind, wall-clock "
-        "seconds, or auto (callgrind on a CPU with valgrind where it fits callgrind_budget_s)",
+        "seconds, auto (callgrind on a CPU with valgrind where it fits callgrind_budget_s), or off "
+        "(only the compile probe's own first compile, against budgets.compile_latency_s)",
     )
     runs: int = Field(default=3, ge=2, le=20, description="cache-cold compiles measured per side")
     callgrind_budget_s: float = Field(

@@ -361,8 +361,9 @@ def _with_compile_latency(
 ) -> list[ProbeResult]:
     """Each compile result that both sides finished, with its side's cache-cold compile samples."""
     out = list(done)
-    if os.environ.get(SHARED_CACHE_ENV):
+    if os.environ.get(SHARED_CACHE_ENV) or run.config.compile.measure == "off":
         # One cache for every process, asked for: no compile is cold, so none is measured as one.
+        # Or not asked for: its cache-cold compiles cost 2 * compile.runs fresh processes.
         return out
     for wl in dict.fromkeys(w for w, p in wanted if p == "compile"):
         at = {r.side: i for i, r in enumerate(out) if r.workload == wl.name and r.probe == "compile"}
