@@ -128,7 +128,8 @@ class _Probed:
             folder = self.workdir / f"commit-{index}"
             folder.mkdir(parents=True, exist_ok=True)
             spec = probe_spec(self.run, wl, base.probe, side)
-            if base.probe in {k.name for k in probe_kinds.kinds() if k.paired}:
+            kind = probe_kinds.get(base.probe)
+            if kind is not None and kind.paired:
                 from perfcheck.runner.timing import run_paired
 
                 base_spec = probe_spec(self.run, wl, base.probe, self.run.base)
@@ -329,16 +330,13 @@ def bisect_probed(
             else write_tree(repo, shas[index], trees_dir / shas[index][:12])
         )
 
+    probed_names = {w.name for w in probed.workloads}
     run = ReviewRun(
         base=SideSetup("base", request.base, request.base_python or sys.executable),
         head=SideSetup("head", request.head, request.head_python or sys.executable),
         config=config,
         device=request.device,
-        workloads=[
-            w
-            for w in select_workloads(config, request.workloads)
-            if w.name in {x.name for x in probed.workloads}
-        ],
+        workloads=[w for w in select_workloads(config, request.workloads) if w.name in probed_names],
         probes=select_probes(request.probes),
         out_dir=request.out_dir,
     )
