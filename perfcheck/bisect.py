@@ -33,6 +33,7 @@ from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
 from perfcheck.review import ReviewRequest, UsageError, select_probes, select_workloads
 from perfcheck.review import run as run_review
+from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
 from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
 
@@ -115,8 +116,10 @@ class _Probed:
     per-side probe runs at the commit alone and is compared with the review's base result; the
     timing probe runs base against the commit in the gate's paired processes, as the review did."""
 
-    def __init__(self, run: ReviewRun, trees: Callable[[int], Path], workdir: Path) -> None:
-        self.run, self.trees, self.workdir = run, trees, workdir
+    def __init__(
+        self, run: ReviewRun, trees: Callable[[int], Path], workdir: Path, forks: ForkServers
+    ) -> None:
+        self.run, self.trees, self.workdir, self.forks = run, trees, workdir, forks
         self.results: dict[tuple[int, str, str], WorkloadReview] = {}
         self.count = 0
 
@@ -136,7 +139,7 @@ class _Probed:
                 pair = run_paired(base_spec, spec, self.run.base, side, folder, self.run.config.budgets)
                 self.results[key] = WorkloadReview(name=wl.name, base=[pair.base], head=[pair.head])
             else:
-                result = run_probe(spec, side.python, wl.timeout_s, folder)
+                result = run_probe(spec, side.python, wl.timeout_s, folder, forks=self.forks)
                 self.results[key] = WorkloadReview(name=wl.name, base=[base], head=[result])
             self.count += 1
         return self.results[key]
@@ -232,41 +235,46 @@ def _search(
     deadline = None if budget_s is None else time.monotonic() + budget_s
     workloads = {w.name: w for w in run.workloads}
     bases = {w.name: w for w in reference}
-    probed = _Probed(run, span.trees, (run.out_dir / "bisect-probes").resolve())
-    located: list[Located] = []
-    skipped: dict[tuple[int, str], str] = {}
-    paths: dict[tuple[str, str], list[search.Search]] = {}
-    for f in findings:
-        if not search.searchable(f, timing):
-            if search.measured(f):
-                located.append(_not_bisected(f, timing))
-            continue
-        for t in search.targets(f):
-            paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
-    config = run.config
+    folder = (run.out_dir / "bisect-probes").resolve()
+    folder.mkdir(parents=True, exist_ok=True)
+    with ForkServers(folder) as forks:
+        probed = _Probed(run, span.trees, folder, forks)
+        located: list[Located] = []
+        skipped: dict[tuple[int, str], str] = {}
+        paths: dict[tuple[str, str], list[search.Search]] = {}
+        for f in findings:
+            if not search.searchable(f, timing):
+                if search.measured(f):
+                    located.append(_not_bisected(f, timing))
+                continue
+            for t in search.targets(f):
+                paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
+        config = run.config
 
-    def present_at(index: int, wl: WorkloadConfig, base: ProbeResult) -> set[str] | None:
-        progress(f"commit {index}/{n} {shas[index][:10]} · {wl.name} · {base.probe}")
-        found, why = _present(probed.get(index, wl, base), config)
-        if found is None:
-            skipped[(index, wl.name)] = why[:300]
-        return found
+        def present_at(index: int, wl: WorkloadConfig, base: ProbeResult) -> set[str] | None:
+            progress(f"commit {index}/{n} {shas[index][:10]} · {wl.name} · {base.probe}")
+            found, why = _present(probed.get(index, wl, base), config)
+            if found is None:
+                skipped[(index, wl.name)] = why[:300]
+            return found
 
-    for (wl_name, probe), searches in paths.items():
-        wl = workloads.get(wl_name)
-        base = next((r for r in bases[wl_name].base if r.probe == probe), None) if wl_name in bases else None
-        if base is None or wl is None:
-            continue
-        if check_good and n > 0 and (at_good := present_at(0, wl, base)):
-            located += [_at_good(s, shas, repo) for s in searches if s.target.key in at_good]
-            searches = [s for s in searches if s.target.key not in at_good]
-        while (index := search.next_index(searches)) is not None:
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            present = present_at(index, wl, base)
-            for s in searches:
-                s.record(index, None if present is None else s.target.key in present)
-        located += [_located(s, shas, repo, budget_s) for s in searches]
+        for (wl_name, probe), searches in paths.items():
+            wl = workloads.get(wl_name)
+            base = (
+                next((r for r in bases[wl_name].base if r.probe == probe), None) if wl_name in bases else None
+            )
+            if base is None or wl is None:
+                continue
+            if check_good and n > 0 and (at_good := present_at(0, wl, base)):
+                located += [_at_good(s, shas, repo) for s in searches if s.target.key in at_good]
+                searches = [s for s in searches if s.target.key not in at_good]
+            while (index := search.next_index(searches)) is not None:
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                present = present_at(index, wl, base)
+                for s in searches:
+                    s.record(index, None if present is None else s.target.key in present)
+            located += [_located(s, shas, repo, budget_s) for s in searches]
     return BisectDoc(
         good=commit_info(repo, shas[0]),
         bad=commit_info(repo, shas[-1]),

@@ -135,6 +135,12 @@ class CompileConfig(_Section):
         default=900.0, gt=0, description="auto: callgrind only where its estimated cost per side fits"
     )
 
+    @field_validator("measure", mode="before")
+    @classmethod
+    def _measure_off(cls, v: object) -> object:
+        # YAML 1.1 reads a bare `off` as false; `measure: off` means what it says.
+        return "off" if v is False else v
+
 
 # Settings of the round-based gate that the process-based one replaced, and what took their place.
 _REMOVED_TIMING_KEYS = {

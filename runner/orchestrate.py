@@ -19,12 +19,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import channel, reaper
+from perfcheck.runner import channel, forkserver, reaper
+from perfcheck.runner.forkserver import ForkServers
 from perfcheck.schema import (
     CompileLatency,
     ContractError,
@@ -37,6 +39,7 @@ from perfcheck.schema import (
 from perfcheck.spec import ProbeSpec
 
 LOG_TAIL_LINES = 12
+REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
 
 
 @dataclass(frozen=True)
@@ -132,19 +135,18 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
-def probe_env(cache: Path, shared: bool = False) -> dict[str, str]:
-    """The environment of a probe process whose compile cache is ``cache``; ``shared``: later
-    processes of its side start from the same cache."""
+def probe_env(cache: Path) -> dict[str, str]:
+    """The environment of a probe process whose compile cache is ``cache`` (the shared one instead,
+    where SHARED_CACHE_ENV names one)."""
     override = os.environ.get(SHARED_CACHE_ENV)
     if override:
-        cache, shared = Path(override), True
-    extra = {}
-    if shared:
-        # Dynamo would record the shapes it saw in the cache and compile the next process
-        # dynamic from the start; each process must compile as a fresh run of the code would.
-        extra["TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO"] = "0"
+        cache = Path(override)
     return {
-        **extra,
+        # In a shared cache Dynamo would record the shapes it saw and compile the next process
+        # dynamic from the start; each process must compile as a fresh run of the code would. A
+        # cache of the process's own has no record to read: set there too, so that every probe
+        # process of an interpreter has one environment and one fork server (runner/forkserver.py).
+        "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0",
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
@@ -160,10 +162,12 @@ def probe_env(cache: Path, shared: bool = False) -> dict[str, str]:
 @dataclass(frozen=True)
 class Ended:
     """How a probe process ended: its exit code (None: killed at its time limit) and what it handed
-    back through its result channel (None: more than the channel carries)."""
+    back through its result channel (None: more than the channel carries); ``lost``: why its exit
+    code is unknown, when it is."""
 
     code: int | None
     result: bytes | None
+    lost: str | None = None
 
 
 def run_module(
@@ -175,11 +179,19 @@ def run_module(
     timeout_s: float,
     log_path: Path,
     prefix: Sequence[str] = (),
+    forks: ForkServers | None = None,
 ) -> Ended:
-    """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``. When it ends,
-    at its time limit or by itself, its process group is killed and every orphan it left is reaped
-    (runner/reaper.py); only then is its result channel read."""
+    """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
+    fork server of ``forks`` where one serves (runner/forkserver.py), else a fresh process. When it
+    ends, at its time limit or by itself, its process group is killed and every orphan it left is
+    reaped (runner/reaper.py); only then is its result channel read."""
     with log_path.open("wb") as log, channel.open_channel() as result:
+        child = None
+        if forks is not None and not prefix:
+            args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
+            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno())
+        if child is not None:
+            return _ended_child(child, timeout_s, result)
         with reaper.spawning() as ours:
             proc = subprocess.Popen(
                 [*prefix, python, "-m", module, str(spec_path), channel.argument(result)],
@@ -204,6 +216,26 @@ def run_module(
         return Ended(code, channel.read_back(result))
 
 
+def _ended_child(child: forkserver.Child, timeout_s: float, result: IO[bytes]) -> Ended:
+    """``run_module``'s ending for a forked child: its server waits for it, this process kills."""
+    code, lost = None, None
+    try:
+        try:
+            code = child.wait(timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)  # what is left of its group, at any ending
+        if code is None:  # killed at its time limit: its server reaps it, then nothing of it runs
+            with contextlib.suppress(forkserver.ServerLost):
+                child.wait(REAP_WAIT_S)
+    except forkserver.ServerLost as err:
+        lost = str(err)
+    finally:
+        child.close()
+    reaper.reap_orphans()  # the child itself too, if its server died: it was re-parented here
+    return Ended(code, channel.read_back(result), lost)
+
+
 def run_probe(
     spec: ProbeSpec,
     python: str,
@@ -214,21 +246,26 @@ def run_probe(
     tag: str = "",
     prefix: Sequence[str] = (),
     extra_env: dict[str, str] | None = None,
+    forks: ForkServers | None = None,
 ) -> ProbeResult:
-    """Run one probe in a fresh process; never raises for anything the probe does. ``tag`` tells
-    apart the logs of several processes of one probe; ``prefix`` runs it under another program
-    (valgrind); without ``cache`` the process compiles into a fresh cache of its own."""
+    """Run one probe in a process of its own (forked from one of ``forks``' servers where one
+    serves); never raises for anything the probe does. ``tag`` tells apart the logs of several
+    processes of one probe; ``prefix`` runs it under another program (valgrind); without ``cache``
+    the process compiles into a fresh cache of its own."""
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}{tag}"
     spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
-        env = probe_env(cache, shared=True) if cache is not None else probe_env(Path(own))
+        env = probe_env(cache if cache is not None else Path(own))
         env.update(extra_env or {})
         ended = run_module(
-            python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path, prefix
+            python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path, prefix, forks
         )
     code = ended.code
+    if ended.lost is not None:
+        tail = log_tail(log_path)
+        return _failed(spec, "crashed", f"{ended.lost}\n{tail}".strip(), time.monotonic() - start)
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
         return _failed(spec, "timeout", message, time.monotonic() - start)
@@ -312,11 +349,14 @@ def run_review(
             # Its cold compile fills the cache the timing probe's processes of this side start from.
             cache = side_caches(workdir, wl.name)[side.side]
             shutil.rmtree(cache, ignore_errors=True)
-        result = run_probe(probe_spec(run, wl, probe, side), side.python, wl.timeout_s, workdir, cache)
+        spec = probe_spec(run, wl, probe, side)
+        result = run_probe(spec, side.python, wl.timeout_s, workdir, cache, forks=forks)
         task.finish(_outcome(result))
         return result
 
-    with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
+    # Per-side probes fork from a pre-imported server; timing and compile latency, which measure
+    # what a process costs, start fresh processes (runner/forkserver.py says why).
+    with ForkServers(workdir) as forks, ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
         collected = list(pool.map(one, single))  # map keeps plan order, whatever finishes first
         more = [
             (wl, p, side) for wl, p in _follow_ups(run, wanted, collected) for side in (run.base, run.head)

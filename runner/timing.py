@@ -59,7 +59,7 @@ class TimingWorker:
             self.proc = subprocess.Popen(
                 [python, "-m", "perfcheck.runner.timing_worker", str(spec_path), str(write_fd)],
                 cwd=spec.tree,
-                env=probe_env(cache, shared=True),
+                env=probe_env(cache),
                 stdin=subprocess.PIPE,
                 stdout=log,
                 stderr=subprocess.STDOUT,

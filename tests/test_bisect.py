@@ -306,6 +306,9 @@ def test_a_slowdown_bisects_with_the_gates_paired_runs(tmp_path: Path) -> None:
     config = (
         "workloads: [{name: net, entry: model.py:build, timeout_s: 300}]\n"
         "timing: {compiled: false, processes: 3, max_processes: 5}\n"
+        # Wide enough that an unchanged commit passes on a loaded machine (an A/A pair once read
+        # -1.3 %, its interval from -5.4 %: inconclusive against the default); tripling is +195 %.
+        "budgets: {max_throughput_regression_pct: 20}\n"
     )
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -120,3 +120,9 @@ def test_hostile_yaml_is_a_config_error_not_code() -> None:
     )
     with pytest.raises(ConfigError):
         parse_config(laughs, "perfcheck.yml")
+
+
+def test_a_bare_off_is_off_where_yaml_would_read_false() -> None:
+    assert parse_config("compile: {measure: off}\n", "perfcheck.yml").compile.measure == "off"
+    with pytest.raises(ConfigError, match=r"compile\.measure: expected 'auto'"):
+        parse_config("compile: {measure: true}\n", "perfcheck.yml")

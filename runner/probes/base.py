@@ -55,9 +55,9 @@ def register(name: str) -> Callable[[Callable[[], Probe]], Callable[[], Probe]]:
     return deco
 
 
-def get_probe(name: str) -> Probe:
-    # Probe modules register themselves on import; importing them here keeps import side effects
-    # out of the package's __init__ and loads torch only in the worker.
+def load_builtin() -> None:
+    """Import the built-in probe modules, which register themselves on import: called here rather
+    than in the package's __init__ so that torch loads only in probe processes."""
     from perfcheck.runner.probes import (  # noqa: F401
         amp_probe,
         compile_latency_probe,
@@ -68,6 +68,9 @@ def get_probe(name: str) -> Probe:
         profile_probe,
     )
 
+
+def get_probe(name: str) -> Probe:
+    load_builtin()
     if name in _REGISTRY:
         return _REGISTRY[name]()
     from perfcheck.core import probes

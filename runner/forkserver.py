@@ -1,0 +1,380 @@
+"""Probe processes forked from a parent that has imported torch once: ``python -m
+perfcheck.runner.forkserver FD``, and the orchestrator's side of it (``ForkServers``).
+
+Why: a probe process spends about 4 s of CPU importing torch and Dynamo before its own work starts,
+and a review starts several per side. A fork server imports them once and forks one child per probe.
+
+What a child keeps of a fresh ``python -m MODULE ARGS``: a process and a session of its own; the
+environment, working directory, log and result descriptor asked for; ``MODULE`` run as
+``__main__``; the interpreter's own ending (exit code, atexit handlers, a traceback for an uncaught
+exception). What it shares with its siblings: everything the server imported, and the memory layout
+that came with it. That is why only per-side probes are forked: timing and compile-latency
+processes measure what a process costs, and each pair of them must be an independent draw
+(runner/timing.py, runner/latency_runs.py), so they always start fresh.
+
+Safety: a server runs no PR code (it imports torch and perfcheck before any tree is read); a child
+keeps none of the server's descriptors (with them it could ask for processes or forge a sibling's
+exit); a server in which CUDA's driver got loaded refuses to serve, since CUDA cannot work in a
+child forked after that; anything that goes wrong with a server sends its probes back to fresh
+processes, which is how they ran before.
+
+Protocol, over AF_UNIX SOCK_SEQPACKET sockets (a message is one datagram): the server sends
+``ready`` on its control socket once imported. A request is one message, JSON ``{module, args, cwd,
+env}``, carrying three descriptors: the child's log, its result channel (``RESULT_FD`` in the child)
+and a reply socket, on which the server answers ``pid N`` once forked and ``exit C`` (as
+``subprocess`` reports it: negative for a signal) once it has reaped the child. A server ends when
+its control socket closes. Linux only; elsewhere every probe starts fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from perfcheck.runner import reaper
+
+RESULT_FD = 3  # where a child finds its result channel: its argument is ``fd:3``
+# Read when a compile needs them, not when torch is imported: a child may set them differently
+# from its server. Any other difference in the environment gets a server of its own.
+LAZY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
+DISABLE_ENV = "PERFCHECK_FORKSERVER"  # "0": every probe process starts fresh
+READY_TIMEOUT_S = 300.0  # importing torch on a loaded machine; past this, probes start fresh
+REPLY_TIMEOUT_S = 60.0
+MAX_MESSAGE = 1 << 20
+
+
+class ServerLost(Exception):
+    """The server ended while one of its children ran: that child's exit code is unknown."""
+
+
+# --- the orchestrator's side (torch-free) ---------------------------------------------------------
+
+
+@dataclass
+class Child:
+    """A probe process a server forked; ``wait`` gives its exit code as ``Popen.wait`` would."""
+
+    pid: int
+    reply: socket.socket
+
+    def wait(self, timeout_s: float | None) -> int | None:
+        """The exit code; None when it still runs after ``timeout_s``. Raises ServerLost."""
+        self.reply.settimeout(timeout_s)
+        try:
+            message = self.reply.recv(64)
+        except TimeoutError:
+            return None
+        except OSError as err:
+            raise ServerLost(str(err)) from None
+        word, _, value = message.decode(errors="replace").partition(" ")
+        if word != "exit":
+            raise ServerLost("the fork server ended before the probe process did")
+        return int(value)
+
+    def close(self) -> None:
+        self.reply.close()
+
+
+class _Server:
+    def __init__(self, proc: subprocess.Popen[bytes], control: socket.socket) -> None:
+        self.proc = proc
+        self.control = control
+        self.lock = threading.Lock()
+
+    def fork(self, request: dict[str, Any], log_fd: int, result_fd: int) -> Child | None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with self.lock:
+                socket.send_fds(
+                    self.control, [json.dumps(request).encode()], [log_fd, result_fd, theirs.fileno()]
+                )
+            theirs.close()
+            ours.settimeout(REPLY_TIMEOUT_S)
+            word, _, value = ours.recv(64).decode(errors="replace").partition(" ")
+            if word != "pid" or not value.isdigit():
+                ours.close()
+                return None
+            return Child(int(value), ours)
+        except OSError:
+            theirs.close()
+            ours.close()
+            return None
+
+    def close(self) -> None:
+        self.control.close()  # the server's end of the protocol: it exits
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        reaper.finished(self.proc.pid)
+
+
+def enabled() -> bool:
+    return sys.platform.startswith("linux") and os.environ.get(DISABLE_ENV, "1") != "0"
+
+
+class ForkServers:
+    """The fork servers of one review: one per interpreter and environment, started on first use,
+    ended on ``close``. ``fork`` returns None wherever a fresh process should run instead."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], _Server | None] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> ForkServers:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def fork(
+        self,
+        python: str,
+        module: str,
+        args: Sequence[str],
+        cwd: str,
+        env: Mapping[str, str],
+        log_fd: int,
+        result_fd: int,
+    ) -> Child | None:
+        if not enabled():
+            return None
+        key = (python, tuple(sorted((k, v) for k, v in env.items() if k not in LAZY_ENV)))
+        with self._lock:  # one start per key, even with probes asking from several threads
+            if key not in self._servers:
+                self._servers[key] = self._start(python, env, len(self._servers))
+            server = self._servers[key]
+        if server is None:
+            return None
+        request = {"module": module, "args": list(args), "cwd": cwd, "env": dict(env)}
+        child = server.fork(request, log_fd, result_fd)
+        if child is None:  # a server that cannot fork now will not later: fresh processes from here
+            with self._lock:
+                self._servers[key] = None
+            server.close()
+        return child
+
+    def _start(self, python: str, env: Mapping[str, str], n: int) -> _Server | None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            with (self.workdir / f"forkserver-{n}.log").open("wb") as log, reaper.spawning() as started:
+                proc = subprocess.Popen(
+                    [python, "-m", "perfcheck.runner.forkserver", str(theirs.fileno())],
+                    cwd=self.workdir,
+                    env={k: v for k, v in env.items() if k not in LAZY_ENV},
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    pass_fds=(theirs.fileno(),),
+                )
+                started(proc.pid)
+        except OSError:
+            ours.close()
+            return None
+        finally:
+            theirs.close()
+        server = _Server(proc, ours)
+        ours.settimeout(READY_TIMEOUT_S)
+        try:
+            ready = ours.recv(64) == b"ready"
+        except OSError:
+            ready = False
+        if not ready:  # it could not import, or refused (its log says why): probes start fresh
+            server.close()
+            return None
+        ours.settimeout(None)
+        return server
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers = [s for s in self._servers.values() if s is not None], {}
+        for server in servers:
+            server.close()
+
+
+# --- the server process -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What a forked child runs, once it has left the server's loop."""
+
+    module: str
+    args: list[str]
+    cwd: str
+    env: dict[str, str]
+    log_fd: int
+    result_fd: int
+
+
+def _preimport() -> str | None:
+    """Import what every probe process imports; the reason not to serve, if any."""
+    import torch
+    import torch._dynamo
+    import torch.export  # noqa: F401
+
+    from perfcheck.runner import worker  # noqa: F401
+    from perfcheck.runner.probes.base import load_builtin
+
+    load_builtin()
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "cannot read /proc/self/maps to tell whether CUDA's driver is loaded"
+    if "libcuda.so" in maps:
+        return "CUDA's driver was loaded while importing; a child forked now could not use CUDA"
+    return None
+
+
+def _request(data: bytes) -> dict[str, Any] | None:
+    try:
+        request = json.loads(data)
+    except ValueError:
+        return None
+    ok = (
+        isinstance(request, dict)
+        and isinstance(request.get("module"), str)
+        and isinstance(request.get("cwd"), str)
+        and isinstance(request.get("args"), list)
+        and all(isinstance(a, str) for a in request["args"])
+        and isinstance(request.get("env"), dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())
+    )
+    return request if ok else None
+
+
+def _serve(control: socket.socket) -> _Job | None:
+    """Fork a child per request until the control socket closes (None); in a child, its job."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    replies: dict[int, socket.socket] = {}
+    try:
+        with selectors.DefaultSelector() as selector:
+            selector.register(control, selectors.EVENT_READ, "request")
+            selector.register(wake_r, selectors.EVENT_READ, "child")
+            while True:
+                for key, _ in selector.select():
+                    if key.data == "child":
+                        with contextlib.suppress(BlockingIOError):
+                            os.read(wake_r, 4096)
+                        _reap(replies)
+                        continue
+                    message, fds, _, _ = socket.recv_fds(control, MAX_MESSAGE, 3)
+                    if not message:
+                        return None  # the orchestrator is done
+                    if len(fds) != 3:
+                        for fd in fds:
+                            os.close(fd)
+                        continue
+                    log_fd, result_fd, reply_fd = fds
+                    reply = socket.socket(fileno=reply_fd)
+                    request = _request(message)
+                    if request is None:
+                        reply.send(b"refused")
+                        reply.close()
+                        os.close(log_fd)
+                        os.close(result_fd)
+                        continue
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                    pid = os.fork()
+                    if pid == 0:  # the child leaves the loop; every socket of the server closes
+                        reply.close()
+                        for other in replies.values():
+                            other.close()
+                        control.close()
+                        return _Job(
+                            request["module"],
+                            request["args"],
+                            request["cwd"],
+                            request["env"],
+                            log_fd,
+                            result_fd,
+                        )
+                    os.close(log_fd)
+                    os.close(result_fd)
+                    with contextlib.suppress(OSError):
+                        reply.send(f"pid {pid}".encode())
+                    replies[pid] = reply
+    finally:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.close(wake_r)
+        os.close(wake_w)
+
+
+def _reap(replies: dict[int, socket.socket]) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        reply = replies.pop(pid, None)
+        if reply is not None:
+            with contextlib.suppress(OSError):  # the orchestrator may have stopped waiting
+                reply.send(f"exit {os.waitstatus_to_exitcode(status)}".encode())
+            reply.close()
+
+
+def _run(job: _Job) -> int:
+    """In the child: become the process ``python -m job.module *job.args`` would have been."""
+    import runpy
+
+    os.setsid()
+    # Above every number that will be taken, then into place: stdin, stdout, stderr, the result.
+    null = os.open(os.devnull, os.O_RDONLY)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (null, job.log_fd, job.result_fd)]
+    for fd, target in zip((*high[:2], high[1], high[2]), (0, 1, 2, RESULT_FD), strict=True):
+        os.dup2(fd, target)
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) > RESULT_FD:
+            with contextlib.suppress(OSError):
+                os.close(int(name))
+    os.chdir(job.cwd)
+    os.environ.clear()
+    os.environ.update(job.env)
+    sys.argv = ["", *job.args]
+    # As ``-m`` would: the module runs afresh as __main__ (its imports are the server's).
+    sys.modules.pop(job.module, None)
+    runpy.run_module(job.module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1 or not args[0].isdigit():
+        print("usage: python -m perfcheck.runner.forkserver FD (a SOCK_SEQPACKET socket)", file=sys.stderr)
+        return 2
+    control = socket.socket(fileno=int(args[0]))
+    refusal = _preimport()
+    if refusal is not None:
+        print(f"perfcheck fork server: not serving: {refusal}", file=sys.stderr)
+        return 1
+    control.send(b"ready")
+    job = _serve(control)
+    return 0 if job is None else _run(job)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""Per-side probe processes fork from a server that imported torch once (runner/forkserver.py):
+each still runs as a fresh process would, alone in its session, holding none of the server's
+descriptors; a server that cannot start or dies sends the probes back to fresh processes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from conftest import ReviewFn, fast_config, write_tree
+
+from perfcheck.runner.forkserver import DISABLE_ENV, ForkServers
+
+# build() records what its process looks like from inside, one JSON line per probe process.
+RECORDING = """
+import json, os, sys
+import torch
+from torch import nn
+
+
+def build(device):
+    links = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            links.append(os.readlink(f"/proc/self/fd/{fd}"))
+        except OSError:
+            pass
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        parent = f.read().decode().split("\\0")
+    with open(os.environ["PERFCHECK_TEST_RECORD"], "a") as f:
+        f.write(json.dumps({
+            "parent": parent,
+            "parent_pid": os.getppid(),
+            "own_session": os.getsid(0) == os.getpid(),
+            "cwd": os.getcwd(),
+            "sockets": [link for link in links if link.startswith("socket:")],
+            "main": sys.modules["__main__"].__spec__.name,
+            "argv": sys.argv[1:],
+        }) + "\\n")
+    return nn.Linear(4, 2).to(device), (torch.randn(3, 4).to(device),)
+"""
+
+# A head whose build() kills the fork server it was forked from (and only a fork server).
+KILLS_ITS_SERVER = """
+import os, signal
+import torch
+from torch import nn
+
+
+def build(device):
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        if b"perfcheck.runner.forkserver" in f.read():
+            os.kill(os.getppid(), signal.SIGKILL)
+    return nn.Linear(4, 2).to(device), (torch.randn(3, 4).to(device),)
+"""
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
+    tmp_path: Path, review: ReviewFn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record = tmp_path / "record.jsonl"
+    monkeypatch.setenv("PERFCHECK_TEST_RECORD", str(record))
+    base = write_tree(tmp_path / "base", {"model.py": RECORDING})
+    head = write_tree(tmp_path / "head", {"model.py": RECORDING})
+    result = review(base, head, fast_config(), probes=("compile", "export"))
+    assert result.verdict == "pass", result.findings
+    forked = _records(record)
+    assert len(forked) >= 4  # compile and export, on each side
+    assert {r["cwd"] for r in forked} == {str(base.resolve()), str(head.resolve())}
+    assert len({r["parent_pid"] for r in forked}) == 1  # one server for the review's one interpreter
+    for r in forked:
+        assert "perfcheck.runner.forkserver" in r["parent"]
+        assert r["own_session"] and r["sockets"] == [], r  # nothing of the server's is held
+        assert r["main"] == "perfcheck.runner.worker" and r["argv"][1] == "fd:3"
+
+    record.unlink()
+    monkeypatch.setenv(DISABLE_ENV, "0")
+    review(base, head, fast_config(), probes=("compile",))
+    fresh = _records(record)
+    assert fresh and all("perfcheck.runner.forkserver" not in r["parent"] for r in fresh)
+    assert all(r["own_session"] and r["main"] == "perfcheck.runner.worker" for r in fresh)
+
+
+def test_a_probe_that_kills_its_fork_server_is_a_crash_and_the_other_probes_still_run(
+    tmp_path: Path, review: ReviewFn
+) -> None:
+    fine = RECORDING.replace('os.environ["PERFCHECK_TEST_RECORD"]', "os.devnull")
+    base = write_tree(tmp_path / "base", {"model.py": fine})
+    head = write_tree(tmp_path / "head", {"model.py": KILLS_ITS_SERVER})
+    result = review(base, head, fast_config(), probes=("compile", "export"))
+    [wl] = result.workloads
+    status = {(r.side, r.probe): r.status for r in (*wl.base, *wl.head)}
+    # The head's compile probe, forked, ended its server: a crash of that probe, named so.
+    assert status.pop(("head", "compile")) == "crashed"
+    [killer] = [r for r in wl.head if r.probe == "compile"]
+    assert "fork server ended" in (killer.message or "")
+    # Every probe after it started fresh (the export probe's head has no server left to kill).
+    assert set(status.values()) == {"ok"}, status
+    assert result.verdict == "fail"
+
+
+def test_a_server_that_cannot_start_means_fresh_processes(tmp_path: Path) -> None:
+    with ForkServers(tmp_path) as servers:
+        for _ in range(2):
+            env = dict(os.environ)
+            assert servers.fork("/bin/false", "perfcheck.runner.worker", [], str(tmp_path), env, 1, 2) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["forkserver-0.log"]  # tried once, not per probe
