@@ -16,6 +16,7 @@ the head checkout's history from its merge base with base, reusing those results
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -189,30 +190,33 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
     )
     probes = request.probes or _default_probes(request.timing)
     progress(f"review {good[:10]} → {bad[:10]} ({len(shas) - 1} commits), probes {', '.join(probes)}")
-    review, _ = run_review(
-        ReviewRequest(
-            base=tree(0),
-            head=tree(len(shas) - 1),
-            config=config,
-            out_dir=out / "review",
-            device=request.device,
-            workloads=request.workloads,
-            probes=probes,
-            config_origin=origin,
+    with ForkServers(out) as forks:  # the review's and the search's probes share them
+        review, _ = run_review(
+            ReviewRequest(
+                base=tree(0),
+                head=tree(len(shas) - 1),
+                config=config,
+                out_dir=out / "review",
+                device=request.device,
+                workloads=request.workloads,
+                probes=probes,
+                config_origin=origin,
+            ),
+            forks,
         )
-    )
-    run = ReviewRun(
-        base=SideSetup("base", tree(0)),
-        head=SideSetup("head", tree(len(shas) - 1)),
-        config=config,
-        device=request.device,
-        workloads=select_workloads(config, request.workloads),
-        probes=probes,
-        out_dir=out,
-    )
-    doc = _search(
-        _Range(repo, shas, tree), review.workloads, review.findings, run, progress, timing=request.timing
-    )
+        run = ReviewRun(
+            base=SideSetup("base", tree(0)),
+            head=SideSetup("head", tree(len(shas) - 1)),
+            config=config,
+            device=request.device,
+            workloads=select_workloads(config, request.workloads),
+            probes=probes,
+            out_dir=out,
+        )
+        span = _Range(repo, shas, tree)
+        doc = _search(
+            span, review.workloads, review.findings, run, progress, timing=request.timing, forks=forks
+        )
     return doc, review
 
 
@@ -225,6 +229,7 @@ def _search(
     budget_s: float | None = None,
     check_good: bool = False,
     timing: bool = False,
+    forks: ForkServers | None = None,
 ) -> BisectDoc:
     """Where each of ``findings`` (of a review whose base results are ``reference``) first
     appears along ``span``. ``check_good``: the range starts at a commit other than the review's
@@ -237,7 +242,9 @@ def _search(
     bases = {w.name: w for w in reference}
     folder = (run.out_dir / "bisect-probes").resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    with ForkServers(folder) as forks:
+    with contextlib.ExitStack() as stack:
+        if forks is None:
+            forks = stack.enter_context(ForkServers(folder))
         probed = _Probed(run, span.trees, folder, forks)
         located: list[Located] = []
         skipped: dict[tuple[int, str], str] = {}

@@ -34,6 +34,7 @@ from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
 from perfcheck.runner.callgrind import valgrind
+from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
 from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
 
@@ -165,7 +166,7 @@ def head_revision(head: Path, pinned: str | None) -> str | None:
     return found or pinned.lower()
 
 
-def probe(request: ReviewRequest) -> ProbeRun:
+def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     """Run this shard's probes on both sides and write OUT/probes.json."""
     base = check_tree(request.base, "--base")
     head = check_tree(request.head, "--head")
@@ -196,7 +197,8 @@ def probe(request: ReviewRequest) -> ProbeRun:
                 probes=probes,
                 out_dir=request.out_dir,
                 jobs=request.jobs,
-            )
+            ),
+            forks=forks,
         )
         if mine
         else []
@@ -386,8 +388,9 @@ def report(
     return review, comment
 
 
-def run(request: ReviewRequest) -> tuple[Review, str]:
-    probed = probe(request)
+def run(request: ReviewRequest, forks: ForkServers | None = None) -> tuple[Review, str]:
+    """Probe and report; ``forks``: fork servers kept across several reviews (runner/forkserver.py)."""
+    probed = probe(request, forks)
     scope = (request.config, request.workloads, request.probes)
     return report(
         [("probes.json", probed)],

@@ -324,7 +324,20 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
 
 
 def run_review(
-    run: ReviewRun, progress_factory: Callable[[int], Progress] = Progress
+    run: ReviewRun,
+    progress_factory: Callable[[int], Progress] = Progress,
+    forks: ForkServers | None = None,
+) -> list[WorkloadReview]:
+    """Every probe of ``run``. ``forks``: fork servers a caller running several reviews keeps
+    across them (else the review starts its own and ends them with it)."""
+    with contextlib.ExitStack() as stack:
+        if forks is None:
+            forks = stack.enter_context(ForkServers(run.out_dir.resolve() / "probes"))
+        return _run_review(run, progress_factory, forks)
+
+
+def _run_review(
+    run: ReviewRun, progress_factory: Callable[[int], Progress], forks: ForkServers
 ) -> list[WorkloadReview]:
     from perfcheck.runner.timing import run_paired
 
@@ -356,7 +369,7 @@ def run_review(
 
     # Per-side probes fork from a pre-imported server; timing and compile latency, which measure
     # what a process costs, start fresh processes (runner/forkserver.py says why).
-    with ForkServers(workdir) as forks, ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
         collected = list(pool.map(one, single))  # map keeps plan order, whatever finishes first
         more = [
             (wl, p, side) for wl, p in _follow_ups(run, wanted, collected) for side in (run.base, run.head)

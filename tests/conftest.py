@@ -8,7 +8,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,6 +16,7 @@ from fakegithub.fixtures import fake_github  # noqa: F401  (the local GitHub, fo
 
 from perfcheck.config import Config, parse_config
 from perfcheck.review import ReviewRequest, run
+from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.schema import Review
 
@@ -88,8 +89,16 @@ def fast_config(extra: str = "", timeout: float = 300) -> Config:
 ReviewFn = Callable[..., Review]
 
 
+@pytest.fixture(scope="module")
+def fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServers]:
+    """One set of fork servers for a module's reviews, as a process running several reviews would
+    keep (runner/forkserver.py): torch is imported once per module, not once per review."""
+    with ForkServers(tmp_path_factory.mktemp("forkservers")) as servers:
+        yield servers
+
+
 @pytest.fixture
-def review(tmp_path: Path) -> ReviewFn:
+def review(tmp_path: Path, fork_servers: ForkServers) -> ReviewFn:
     """Run a real review (real subprocesses, real torch) and return the validated result."""
 
     def _review(base: Path, head: Path, config: Config | None = None, probes: tuple[str, ...] = ()) -> Review:
@@ -100,7 +109,8 @@ def review(tmp_path: Path) -> ReviewFn:
                 config=config or fast_config(),
                 out_dir=tmp_path / "out",
                 probes=probes,
-            )
+            ),
+            fork_servers,
         )
         assert comment.startswith("<!-- perfcheck:review -->")
         return result

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import ReviewFn, fast_config, write_tree
 
+from perfcheck.review import ReviewRequest, run
 from perfcheck.runner.forkserver import DISABLE_ENV, ForkServers
 
 # build() records what its process looks like from inside, one JSON line per probe process.
@@ -88,12 +89,14 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
 
 
 def test_a_probe_that_kills_its_fork_server_is_a_crash_and_the_other_probes_still_run(
-    tmp_path: Path, review: ReviewFn
+    tmp_path: Path,
 ) -> None:
     fine = RECORDING.replace('os.environ["PERFCHECK_TEST_RECORD"]', "os.devnull")
     base = write_tree(tmp_path / "base", {"model.py": fine})
     head = write_tree(tmp_path / "head", {"model.py": KILLS_ITS_SERVER})
-    result = review(base, head, fast_config(), probes=("compile", "export"))
+    # The review's own servers, not the module's: this one is killed.
+    config, out = fast_config(), tmp_path / "out"
+    result, _ = run(ReviewRequest(base, head, config, out, probes=("compile", "export")))
     [wl] = result.workloads
     status = {(r.side, r.probe): r.status for r in (*wl.base, *wl.head)}
     # The head's compile probe, forked, ended its server: a crash of that probe, named so.
