@@ -9,6 +9,7 @@
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh compile-latency [MEASURE] [RUNS]    -> $OUT/cl-*/ (compile latency: A/A twice, then a
 #                                                        twice-as-deep head; ResNet-18/34, inductor)
+#   bench/h200.sh forkserver                          -> $OUT/fs-*/ (per-side probes forked and fresh, on CUDA)
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 #   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
@@ -99,6 +100,31 @@ case "$1" in
     python3 -m perfcheck review --base examples/demo/base --head examples/demo/head --device cuda --jobs 4 \
       --out "$OUT/demo"
     echo "exit code $?"
+    ;;
+  forkserver)
+    # Per-side probes forked from a pre-imported server (runner/forkserver.py) on the GPU: whether the
+    # server serves there (CUDA's driver must not be loaded by its imports), then the demo's per-side
+    # probes on CUDA forked and fresh, each timed; the comments must agree.
+    python3 - <<'PY' > "$OUT/forkserver-serves.txt" 2>&1
+from perfcheck.runner.forkserver import _cuda_driver_initialized, _preimport
+print("refusal after the server's imports:", _preimport())
+import torch
+torch.cuda.init()
+print("driver initialized after torch.cuda.init():", _cuda_driver_initialized())
+PY
+    cat "$OUT/forkserver-serves.txt"
+    sed 's/measure: wall/measure: "off"/' examples/demo/base/perfcheck.yml > /tmp/fs.yml
+    for fs in 1 0; do
+      start=$(date +%s.%N)
+      PERFCHECK_FORKSERVER=$fs python3 -m perfcheck review --base examples/demo/base --head examples/demo/head \
+        --config /tmp/fs.yml --device cuda --probes compile,export,amp --out "/tmp/fs-$fs" \
+        > /dev/null 2> "$OUT/fs-$fs.log"
+      echo "forkserver=$fs: exit code $? · wall $(python3 -c "import time; print(round(time.time() - $start, 1))") s"
+      cp "/tmp/fs-$fs/comment.md" "$OUT/fs-$fs-comment.md"
+    done
+    ls /tmp/fs-1/probes/ | grep forkserver; cat /tmp/fs-1/probes/forkserver-*.log | tail -5
+    diff <(grep -v "cold compile" "$OUT/fs-1-comment.md") <(grep -v "cold compile" "$OUT/fs-0-comment.md") \
+      && echo "comments agree (but for the cold-compile row)"
     ;;
   action)
     # The example workflow's probe job on the GPU: action/run.sh in probe mode (install: false,

@@ -34,6 +34,7 @@ from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
 from perfcheck.review import ReviewRequest, UsageError, select_probes, select_workloads
 from perfcheck.review import run as run_review
+from perfcheck.runner import forkserver
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
 from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
@@ -140,7 +141,8 @@ class _Probed:
                 pair = run_paired(base_spec, spec, self.run.base, side, folder, self.run.config.budgets)
                 self.results[key] = WorkloadReview(name=wl.name, base=[pair.base], head=[pair.head])
             else:
-                result = run_probe(spec, side.python, wl.timeout_s, folder, forks=self.forks)
+                forks = self.forks if forkserver.serves(self.run.device) else None
+                result = run_probe(spec, side.python, wl.timeout_s, folder, forks=forks)
                 self.results[key] = WorkloadReview(name=wl.name, base=[base], head=[result])
             self.count += 1
         return self.results[key]

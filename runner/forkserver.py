@@ -14,9 +14,9 @@ processes measure what a process costs, and each pair of them must be an indepen
 
 Safety: a server runs no PR code (it imports torch and perfcheck before any tree is read); a child
 keeps none of the server's descriptors (with them it could ask for processes or forge a sibling's
-exit); a server in which CUDA's driver got loaded refuses to serve, since CUDA cannot work in a
-child forked after that; anything that goes wrong with a server sends its probes back to fresh
-processes, which is how they ran before.
+exit); a server in which CUDA got initialized refuses to serve, since CUDA cannot work in a child
+forked after that (with ``--device cuda`` none is tried: ``serves``); anything that goes wrong
+with a server sends its probes back to fresh processes, which is how they ran before.
 
 Protocol, over AF_UNIX SOCK_SEQPACKET sockets (a message is one datagram): the server sends
 ``ready`` on its control socket once imported. A request is one message, JSON ``{module, args, cwd,
@@ -29,6 +29,7 @@ its control socket closes. Linux only; elsewhere every probe starts fresh.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import fcntl
 import json
 import os
@@ -113,18 +114,25 @@ class _Server:
             return None
 
     def close(self) -> None:
-        self.control.close()  # the server's end of the protocol: it exits
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        """End the server at once: it holds nothing to save, and an interpreter that imported
+        torch takes seconds to shut down (a test module's teardown once waited 23 s for its
+        servers on a loaded machine). Its children are in sessions of their own, out of reach."""
+        self.control.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
         reaper.finished(self.proc.pid)
 
 
 def enabled() -> bool:
     return sys.platform.startswith("linux") and os.environ.get(DISABLE_ENV, "1") != "0"
+
+
+def serves(device: str) -> bool:
+    """Whether probes on ``device`` fork from a server. Not on CUDA: images with CUDA initialize
+    the driver while torch imports (the H200's does: bench/h200.sh forkserver), after which a
+    forked child cannot use CUDA, so the server would refuse after costing an import."""
+    return device == "cpu"
 
 
 class ForkServers:
@@ -232,19 +240,37 @@ def _preimport() -> str | None:
     import torch._dynamo.backends.common
     import torch._functorch.aot_autograd
     import torch._inductor.compile_fx
-    import torch.export  # noqa: F401
+    import torch.export
 
     from perfcheck.runner import worker  # noqa: F401
     from perfcheck.runner.probes.base import load_builtin
 
     load_builtin()
+    if torch.cuda.is_initialized() or _cuda_driver_initialized():
+        return "CUDA was initialized while importing; a child forked now could not use CUDA"
+    return None
+
+
+CUDA_ERROR_NOT_INITIALIZED = 3
+
+
+def _cuda_driver_initialized() -> bool:
+    """Whether CUDA's driver was initialized (``cuInit``) in this process: a child forked after that
+    cannot use CUDA. Loaded is not initialized: some images load libcuda at interpreter start (a
+    ``.pth`` file of numba's does) and never call into it; a driver call made before ``cuInit``
+    answers CUDA_ERROR_NOT_INITIALIZED and initializes nothing. Unsure is initialized."""
     try:
         maps = Path("/proc/self/maps").read_text()
     except OSError:
-        return "cannot read /proc/self/maps to tell whether CUDA's driver is loaded"
-    if "libcuda.so" in maps:
-        return "CUDA's driver was loaded while importing; a child forked now could not use CUDA"
-    return None
+        return True
+    if "libcuda.so" not in maps:
+        return False
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")  # the library already loaded: no second copy
+        context = ctypes.c_void_p()
+        return bool(driver.cuCtxGetCurrent(ctypes.byref(context)) != CUDA_ERROR_NOT_INITIALIZED)
+    except (OSError, AttributeError):
+        return True
 
 
 def _request(data: bytes) -> dict[str, Any] | None:
