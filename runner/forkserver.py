@@ -39,7 +39,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +50,10 @@ RESULT_FD = 3  # where a child finds its result channel: its argument is ``fd:3`
 # Read when a compile needs them, not when torch is imported: a child may set them differently
 # from its server. Any other difference in the environment gets a server of its own.
 LAZY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
+# Rewritten by a test runner for every test (pytest's): read by nothing at import, and a server
+# per value would be a server per test.
+VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+MAX_SERVERS = 4  # idle ones beyond this are ended, oldest first, when another is needed
 DISABLE_ENV = "PERFCHECK_FORKSERVER"  # "0": every probe process starts fresh
 READY_TIMEOUT_S = 300.0  # importing torch on a loaded machine; past this, probes start fresh
 REPLY_TIMEOUT_S = 60.0
@@ -69,6 +73,7 @@ class Child:
 
     pid: int
     reply: socket.socket
+    done: Callable[[], None] | None = None  # told once, when the caller is through with it
 
     def wait(self, timeout_s: float | None) -> int | None:
         """The exit code; None when it still runs after ``timeout_s``. Raises ServerLost."""
@@ -86,6 +91,9 @@ class Child:
 
     def close(self) -> None:
         self.reply.close()
+        done, self.done = self.done, None
+        if done is not None:
+            done()
 
 
 class _Server:
@@ -93,6 +101,11 @@ class _Server:
         self.proc = proc
         self.control = control
         self.lock = threading.Lock()
+        self.active = 0  # children forked and not yet closed by the caller
+
+    def _finished(self) -> None:
+        with self.lock:
+            self.active -= 1
 
     def fork(self, request: dict[str, Any], log_fd: int, result_fd: int) -> Child | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -101,13 +114,15 @@ class _Server:
                 socket.send_fds(
                     self.control, [json.dumps(request).encode()], [log_fd, result_fd, theirs.fileno()]
                 )
+                self.active += 1
             theirs.close()
             ours.settimeout(REPLY_TIMEOUT_S)
             word, _, value = ours.recv(64).decode(errors="replace").partition(" ")
             if word != "pid" or not value.isdigit():
                 ours.close()
+                self._finished()
                 return None
-            return Child(int(value), ours)
+            return Child(int(value), ours, self._finished)
         except OSError:
             theirs.close()
             ours.close()
@@ -115,9 +130,12 @@ class _Server:
 
     def close(self) -> None:
         """End the server at once: it holds nothing to save, and an interpreter that imported
-        torch takes seconds to shut down (a test module's teardown once waited 23 s for its
-        servers on a loaded machine). Its children are in sessions of their own, out of reach."""
-        self.control.close()
+        torch takes seconds to shut down (3 s here). Its children are in sessions of their own,
+        out of the signal's reach."""
+        with self.lock:
+            if self.control.fileno() == -1:
+                return  # closed already: its pid may be another process's by now
+            self.control.close()
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
@@ -143,6 +161,15 @@ class ForkServers:
         self.workdir = workdir
         self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], _Server | None] = {}
         self._lock = threading.Lock()
+        self._started = 0
+
+    def _end_idle(self, keep: int) -> None:
+        """End idle servers, oldest first, until at most ``keep`` are left (caller holds the lock)."""
+        live = [(k, s) for k, s in self._servers.items() if s is not None]
+        for key, server in live[: max(0, len(live) - keep)]:
+            if server.active == 0:
+                del self._servers[key]
+                server.close()
 
     def __enter__(self) -> ForkServers:
         return self
@@ -162,10 +189,13 @@ class ForkServers:
     ) -> Child | None:
         if not enabled():
             return None
-        key = (python, tuple(sorted((k, v) for k, v in env.items() if k not in LAZY_ENV)))
+        differ = LAZY_ENV | VOLATILE_ENV
+        key = (python, tuple(sorted((k, v) for k, v in env.items() if k not in differ)))
         with self._lock:  # one start per key, even with probes asking from several threads
             if key not in self._servers:
-                self._servers[key] = self._start(python, env, len(self._servers))
+                self._end_idle(keep=MAX_SERVERS - 1)
+                self._servers[key] = self._start(python, env, self._started)
+                self._started += 1
             server = self._servers[key]
         if server is None:
             return None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -114,3 +115,31 @@ def test_a_server_that_cannot_start_means_fresh_processes(tmp_path: Path) -> Non
             env = dict(os.environ)
             assert servers.fork("/bin/false", "perfcheck.runner.worker", [], str(tmp_path), env, 1, 2) is None
     assert [p.name for p in tmp_path.iterdir()] == ["forkserver-0.log"]  # tried once, not per probe
+
+
+def test_one_server_serves_environments_that_differ_only_where_imports_do_not_read(tmp_path: Path) -> None:
+    logs, result = tmp_path / "child.log", tmp_path / "result"
+    env = dict(os.environ)
+    with ForkServers(tmp_path) as servers, logs.open("wb") as log, result.open("wb") as out:
+
+        def fork(**changes: str) -> int | None:
+            child = servers.fork(
+                sys.executable,
+                "json.tool",
+                ["--help"],
+                str(tmp_path),
+                {**env, **changes},
+                log.fileno(),
+                out.fileno(),
+            )
+            assert child is not None
+            try:
+                return child.wait(60)
+            finally:
+                child.close()
+
+        # Each compile cache is the probe's own; pytest renames the test it runs: one server.
+        assert fork(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "a"), PYTEST_CURRENT_TEST="a (call)") == 0
+        assert fork(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "b"), PYTEST_CURRENT_TEST="b (call)") == 0
+        assert sorted(p.name for p in tmp_path.glob("forkserver-*.log")) == ["forkserver-0.log"]
+    assert "usage:" in logs.read_text()  # json.tool ran as `python -m json.tool --help` would
