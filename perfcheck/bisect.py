@@ -16,7 +16,6 @@ the head checkout's history from its merge base with base, reusing those results
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 import subprocess
 import sys
@@ -34,7 +33,6 @@ from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
 from perfcheck.review import ReviewRequest, UsageError, select_probes, select_workloads
 from perfcheck.review import run as run_review
-from perfcheck.runner import forkserver
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
 from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
@@ -141,8 +139,7 @@ class _Probed:
                 pair = run_paired(base_spec, spec, self.run.base, side, folder, self.run.config.budgets)
                 self.results[key] = WorkloadReview(name=wl.name, base=[pair.base], head=[pair.head])
             else:
-                forks = self.forks if forkserver.serves(self.run.device) else None
-                result = run_probe(spec, side.python, wl.timeout_s, folder, forks=forks)
+                result = run_probe(spec, side.python, wl.timeout_s, folder, forks=self.forks)
                 self.results[key] = WorkloadReview(name=wl.name, base=[base], head=[result])
             self.count += 1
         return self.results[key]
@@ -216,9 +213,7 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
             out_dir=out,
         )
         span = _Range(repo, shas, tree)
-        doc = _search(
-            span, review.workloads, review.findings, run, progress, timing=request.timing, forks=forks
-        )
+        doc = _search(span, review.workloads, review.findings, run, progress, forks, timing=request.timing)
     return doc, review
 
 
@@ -228,10 +223,10 @@ def _search(
     findings: list[Finding],
     run: ReviewRun,
     progress: Progress,
+    forks: ForkServers,
     budget_s: float | None = None,
     check_good: bool = False,
     timing: bool = False,
-    forks: ForkServers | None = None,
 ) -> BisectDoc:
     """Where each of ``findings`` (of a review whose base results are ``reference``) first
     appears along ``span``. ``check_good``: the range starts at a commit other than the review's
@@ -242,48 +237,41 @@ def _search(
     deadline = None if budget_s is None else time.monotonic() + budget_s
     workloads = {w.name: w for w in run.workloads}
     bases = {w.name: w for w in reference}
-    folder = (run.out_dir / "bisect-probes").resolve()
-    folder.mkdir(parents=True, exist_ok=True)
-    with contextlib.ExitStack() as stack:
-        if forks is None:
-            forks = stack.enter_context(ForkServers(folder))
-        probed = _Probed(run, span.trees, folder, forks)
-        located: list[Located] = []
-        skipped: dict[tuple[int, str], str] = {}
-        paths: dict[tuple[str, str], list[search.Search]] = {}
-        for f in findings:
-            if not search.searchable(f, timing):
-                if search.measured(f):
-                    located.append(_not_bisected(f, timing))
-                continue
-            for t in search.targets(f):
-                paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
-        config = run.config
+    probed = _Probed(run, span.trees, (run.out_dir / "bisect-probes").resolve(), forks)
+    located: list[Located] = []
+    skipped: dict[tuple[int, str], str] = {}
+    paths: dict[tuple[str, str], list[search.Search]] = {}
+    for f in findings:
+        if not search.searchable(f, timing):
+            if search.measured(f):
+                located.append(_not_bisected(f, timing))
+            continue
+        for t in search.targets(f):
+            paths.setdefault((t.workload, t.probe), []).append(search.Search(t, good=0, bad=n))
+    config = run.config
 
-        def present_at(index: int, wl: WorkloadConfig, base: ProbeResult) -> set[str] | None:
-            progress(f"commit {index}/{n} {shas[index][:10]} · {wl.name} · {base.probe}")
-            found, why = _present(probed.get(index, wl, base), config)
-            if found is None:
-                skipped[(index, wl.name)] = why[:300]
-            return found
+    def present_at(index: int, wl: WorkloadConfig, base: ProbeResult) -> set[str] | None:
+        progress(f"commit {index}/{n} {shas[index][:10]} · {wl.name} · {base.probe}")
+        found, why = _present(probed.get(index, wl, base), config)
+        if found is None:
+            skipped[(index, wl.name)] = why[:300]
+        return found
 
-        for (wl_name, probe), searches in paths.items():
-            wl = workloads.get(wl_name)
-            base = (
-                next((r for r in bases[wl_name].base if r.probe == probe), None) if wl_name in bases else None
-            )
-            if base is None or wl is None:
-                continue
-            if check_good and n > 0 and (at_good := present_at(0, wl, base)):
-                located += [_at_good(s, shas, repo) for s in searches if s.target.key in at_good]
-                searches = [s for s in searches if s.target.key not in at_good]
-            while (index := search.next_index(searches)) is not None:
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                present = present_at(index, wl, base)
-                for s in searches:
-                    s.record(index, None if present is None else s.target.key in present)
-            located += [_located(s, shas, repo, budget_s) for s in searches]
+    for (wl_name, probe), searches in paths.items():
+        wl = workloads.get(wl_name)
+        base = next((r for r in bases[wl_name].base if r.probe == probe), None) if wl_name in bases else None
+        if base is None or wl is None:
+            continue
+        if check_good and n > 0 and (at_good := present_at(0, wl, base)):
+            located += [_at_good(s, shas, repo) for s in searches if s.target.key in at_good]
+            searches = [s for s in searches if s.target.key not in at_good]
+        while (index := search.next_index(searches)) is not None:
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            present = present_at(index, wl, base)
+            for s in searches:
+                s.record(index, None if present is None else s.target.key in present)
+        located += [_located(s, shas, repo, budget_s) for s in searches]
     return BisectDoc(
         good=commit_info(repo, shas[0]),
         bad=commit_info(repo, shas[-1]),
@@ -361,16 +349,18 @@ def bisect_probed(
         f"bisecting {len(shas) - 1} commits from the merge base {good[:10]} "
         f"(budget {config.bisect.budget_s:.0f} s)"
     )
-    return _search(
-        _Range(repo, shas, tree),
-        probed.workloads,
-        findings,
-        run,
-        progress,
-        budget_s=config.bisect.budget_s,
-        check_good=good != base,
-        timing=timing,
-    )
+    with ForkServers(request.out_dir) as forks:
+        return _search(
+            _Range(repo, shas, tree),
+            probed.workloads,
+            findings,
+            run,
+            progress,
+            forks,
+            budget_s=config.bisect.budget_s,
+            check_good=good != base,
+            timing=timing,
+        )
 
 
 def _present(pair: WorkloadReview, config: Config) -> tuple[set[str] | None, str]:

@@ -154,8 +154,9 @@ def serves(device: str) -> bool:
 
 
 class ForkServers:
-    """The fork servers of one review: one per interpreter and environment, started on first use,
-    ended on ``close``. ``fork`` returns None wherever a fresh process should run instead."""
+    """Fork servers for one review, or for several a caller runs in turn: one per interpreter and
+    environment, started on first use, ended on ``close``. ``fork`` returns None wherever a fresh
+    process should run instead."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
@@ -406,7 +407,8 @@ def _run(job: _Job) -> int:
     # Above every number that will be taken, then into place: stdin, stdout, stderr, the result.
     null = os.open(os.devnull, os.O_RDONLY)
     high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 100) for fd in (null, job.log_fd, job.result_fd)]
-    for fd, target in zip((*high[:2], high[1], high[2]), (0, 1, 2, RESULT_FD), strict=True):
+    stdin, log, result = high
+    for fd, target in ((stdin, 0), (log, 1), (log, 2), (result, RESULT_FD)):
         os.dup2(fd, target)
     for name in os.listdir("/proc/self/fd"):
         if int(name) > RESULT_FD:

@@ -259,6 +259,8 @@ def run_probe(
     with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
         env = probe_env(cache if cache is not None else Path(own))
         env.update(extra_env or {})
+        if not forkserver.serves(spec.device):
+            forks = None
         ended = run_module(
             python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path, prefix, forks
         )
@@ -353,7 +355,6 @@ def _run_review(
     single = [(wl, p, side) for wl, p in wanted if p not in paired_names for side in (run.base, run.head)]
     paired = [(wl, p) for wl, p in wanted if p in paired_names]
     progress = progress_factory(len(single) + len(paired))
-    fork_from = forks if forkserver.serves(run.device) else None
 
     def one(item: tuple[WorkloadConfig, str, SideSetup]) -> ProbeResult:
         wl, probe, side = item
@@ -364,7 +365,7 @@ def _run_review(
             cache = side_caches(workdir, wl.name)[side.side]
             shutil.rmtree(cache, ignore_errors=True)
         spec = probe_spec(run, wl, probe, side)
-        result = run_probe(spec, side.python, wl.timeout_s, workdir, cache, forks=fork_from)
+        result = run_probe(spec, side.python, wl.timeout_s, workdir, cache, forks=forks)
         task.finish(_outcome(result))
         return result
 
