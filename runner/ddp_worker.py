@@ -29,6 +29,7 @@ from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
+from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, RankGraphs, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -172,4 +173,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_and_end(lambda: main(sys.argv[1:]))

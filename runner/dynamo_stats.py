@@ -1,23 +1,41 @@
-"""What Dynamo and Inductor report about their own work: counters and compile-time splits."""
+"""What Dynamo and Inductor report about their own work: counters and compile-time splits.
+
+Dynamo is not imported here: importing it costs a process about as much again as torch itself, and
+a process that never imported it compiled nothing, so its counters are all zero (an eager timing
+worker stays that cheap unless the workload itself calls ``torch.compile``)."""
 
 from __future__ import annotations
 
-import torch._dynamo
-from torch._dynamo.utils import counters
+import sys
+from collections.abc import Mapping
+
+
+def _counters() -> Mapping[str, Mapping[str, int]]:
+    utils = sys.modules.get("torch._dynamo.utils")
+    return utils.counters if utils is not None else {}
 
 
 def compiled_frames() -> int:
-    return int(counters["frames"]["ok"])
+    frames = _counters().get("frames", {})
+    return int(frames.get("ok", 0))
 
 
 def compile_activity() -> int:
     """A number that grows whenever anything compiles (frames, graphs, AOT, Inductor, autotuning)."""
-    return sum(sum(c.values()) for c in counters.values())
+    return sum(sum(c.values()) for c in _counters().values())
+
+
+def reset() -> None:
+    """Dynamo's compiled code and guards dropped, where Dynamo is loaded (elsewhere there are none)."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
 
 
 def compile_breakdown() -> dict[str, float]:
     """Seconds spent in Dynamo, AOTAutograd and Inductor, split as torch itself times them."""
-    spent = torch._dynamo.utils.calculate_time_spent()
+    utils = sys.modules.get("torch._dynamo.utils")
+    spent = utils.calculate_time_spent() if utils is not None else {}
     total = spent.get("entire_frame_compile", 0.0)
     backend = spent.get("backend_compile", 0.0)
     inductor = spent.get("inductor_compile", 0.0)

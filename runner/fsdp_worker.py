@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import re
-import resource
 import statistics
 import sys
 import time
@@ -48,7 +47,9 @@ from perfcheck.runner.comm_trace import DTYPE_BYTES, STEP_MARK, comm_overlap_pct
 from perfcheck.runner.ddp_worker import Recorder, gather_lines, rank_device
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.locate import innermost_user_frame, relative_path, to_location
+from perfcheck.runner.peak_memory import peak_rss_mb
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
+from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import RankGraphs, SourceLocation, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -395,7 +396,7 @@ def _fsdp_break(lb: break_log.LoggedBreak, tree: Path) -> bool:
 def _memory_mb(device: str) -> float:
     if device.startswith("cuda"):
         return round(torch.cuda.max_memory_allocated() / 2**20, 2)
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 2)
+    return round(peak_rss_mb(), 2)
 
 
 def run_variant(
@@ -525,4 +526,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    run_and_end(lambda: main(sys.argv[1:]))

@@ -8,7 +8,6 @@ signal or a hang is seen by the orchestrator, which owns the timeout.
 
 from __future__ import annotations
 
-import resource
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,8 @@ from perfcheck.runner.channel import write_result
 from perfcheck.runner.dynamo_stats import compile_activity
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import call_build, load_build
+from perfcheck.runner.peak_memory import peak_rss_mb
+from perfcheck.runner.process_end import run_and_end
 from perfcheck.runner.timing_worker import Timer
 from perfcheck.schema import load_model
 from perfcheck.sweep_schema import PointMeasurement, PointSpec, SweepPoint
@@ -50,8 +51,7 @@ def compile_kwargs(backend: str, point: SweepPoint) -> dict[str, Any]:
 def _peak_memory(device: str) -> tuple[float, str]:
     if device == "cuda":
         return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
-    # Linux reports ru_maxrss in KiB.
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak_rss"
+    return peak_rss_mb(), "peak_rss"
 
 
 def measure(spec: PointSpec) -> PointMeasurement:
@@ -111,4 +111,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_end(main)

@@ -20,7 +20,6 @@ import contextlib
 import gc
 import json
 import os
-import resource
 import shutil
 import sys
 import tempfile
@@ -34,10 +33,11 @@ from typing import Any
 import torch
 
 from perfcheck.runner import step as steps
-from perfcheck.runner.device_metrics import from_trace
-from perfcheck.runner.dynamo_stats import compile_activity, compile_breakdown, compiled_frames
+from perfcheck.runner.dynamo_stats import compile_activity, compile_breakdown, compiled_frames, reset
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import call_build, load_build
+from perfcheck.runner.peak_memory import peak_rss_mb
+from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
@@ -158,7 +158,7 @@ class Session:
         if not self.cuda:
             # Set before the first op, so intra-op parallel regions never start more threads.
             torch.set_num_threads(cfg.cpu_threads)
-        torch._dynamo.reset()
+        reset()
         built = call_build(load_build(wl.entry, Path(spec.tree)), spec.device)
         model, inputs = built.model, built.inputs
         model = steps.prepare(model, wl.train)
@@ -269,6 +269,8 @@ class Session:
         trace goes there (benchmarks record it)."""
         from torch.profiler import ProfilerActivity, profile, schedule
 
+        from perfcheck.runner.device_metrics import from_trace
+
         if not self.cuda:
             raise RuntimeError("the device pass needs a CUDA device")
         started = time.perf_counter()
@@ -300,7 +302,7 @@ class Session:
         if self.cuda:
             peak, kind = torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
         else:
-            peak, kind = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "peak_rss"
+            peak, kind = peak_rss_mb(), "peak_rss"
         return {
             "peak_memory_mb": round(peak, 2),
             "memory_kind": kind,
@@ -310,9 +312,8 @@ class Session:
 
 def _rejected_by_torch(err: BaseException) -> bool:
     """torch.compile raising inside torch on the side's code (Dynamo, fake tensors, a backend)."""
-    from torch._dynamo.exc import TorchDynamoException
-
-    return isinstance(err, TorchDynamoException)
+    exc = sys.modules.get("torch._dynamo.exc")  # not loaded: nothing was compiled to raise it
+    return exc is not None and isinstance(err, exc.TorchDynamoException)
 
 
 def serve(spec: ProbeSpec, reply: Any) -> None:
@@ -357,4 +358,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_end(main)

@@ -18,6 +18,7 @@ from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import WorkloadError, call_build, load_build
 from perfcheck.runner.locate import exception_location, relative_path
 from perfcheck.runner.probes.base import Workload, get_probe
+from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -117,4 +118,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_and_end(main)

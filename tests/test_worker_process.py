@@ -1,0 +1,73 @@
+"""What a worker process costs beyond its work: what it imports, and how it ends.
+
+An eager timing worker must not pay for Dynamo (about as much again as torch itself) unless
+something in it compiles; and every worker ends as ``sys.exit(main())`` would, less the
+interpreter's teardown (runner/process_end.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from perfcheck.runner import dynamo_stats
+
+
+def test_an_eager_timing_worker_does_not_import_dynamo() -> None:
+    probe = (
+        "import sys, perfcheck.runner.timing_worker\n"
+        "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_counters_read_what_dynamo_counted_once_it_is_loaded() -> None:
+    before = dynamo_stats.compile_activity()
+    torch.compile(lambda x: x * 2, backend="eager")(torch.ones(3))
+    assert "torch._dynamo" in sys.modules
+    assert dynamo_stats.compile_activity() > before and dynamo_stats.compiled_frames() >= 1
+
+
+ENDING = """\
+import atexit, sys, threading, time
+from perfcheck.runner.process_end import run_and_end
+
+def main():
+    atexit.register(lambda: print("atexit ran"))
+    threading.Thread(target=time.sleep, args=(3600,)).start()  # not a daemon: never joined
+    print("unflushed", end="")
+    {body}
+
+run_and_end(main)
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "stderr"),
+    [
+        ("return 3", 3, ""),
+        ("return None", 0, ""),
+        ("sys.exit('no spec given')", 1, "no spec given"),
+        ("raise ValueError('bad spec')", 1, "Traceback (most recent call last)"),
+    ],
+)
+def test_a_worker_ends_with_its_exit_code_its_output_and_its_atexit_handlers(
+    body: str, code: int, stderr: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", ENDING.format(body=body)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == code, done.stderr
+    assert done.stdout == "unflushedatexit ran\n"
+    assert stderr in done.stderr
+    if "ValueError" in body:
+        assert "ValueError: bad spec" in done.stderr
