@@ -31,18 +31,14 @@ $(OPENAPI): tests/fakegithub/fetch_spec.py
 	python3 tests/fakegithub/fetch_spec.py $(dir $(OPENAPI))
 	touch $@
 
-# The suite runs in two parts: everything that does not measure time spread over the cores
-# (pytest-xdist), then the tests marked `serial` alone, so that no neighbour test skews what they
-# time. PYTEST_ARGS go to both parts; a part that selects no test is skipped.
+# The suite runs spread over the cores (pytest-xdist), each worker keeping to a core of its own
+# (tests/conftest.py), so that the tests that read time share their core with no neighbour test.
 TEST_WORKERS ?= auto
 test: setup $(OPENAPI)
-	@start=$$(date +%s); ran=0; rc=0; \
-	for part in "-n $(TEST_WORKERS) -m 'not serial'" "-m serial"; do \
-		prc=0; eval $(PY) -m pytest $$part $(PYTEST_ARGS) || prc=$$?; \
-		if [ $$prc -eq 0 ]; then ran=1; elif [ $$prc -ne 5 ]; then ran=1; rc=$$prc; fi; \
-	done; \
+	@start=$$(date +%s); rc=0; \
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS) || rc=$$?; \
 	echo "make test: $$(( $$(date +%s) - start )) s wall time" >&2; \
-	if [ $$ran -eq 0 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -20,15 +20,32 @@ from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.schema import Review
 
+# The cores this test session may use, before an xdist worker keeps to one of them.
+SESSION_CPUS = sorted(os.sched_getaffinity(0))
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """One compile cache for every probe of the session (xdist's workers inherit it): no test here
     measures what a cold compile costs, and Inductor's C++ builds are most of a CPU compile. Set
     PERFCHECK_COMPILE_CACHE yourself to keep one between runs, or to '' to compile cold."""
-    if SHARED_CACHE_ENV not in os.environ and not hasattr(config, "workerinput"):
+    workerinput = getattr(config, "workerinput", None)
+    if SHARED_CACHE_ENV not in os.environ and workerinput is None:
         folder = tempfile.mkdtemp(prefix="perfcheck-test-compile-cache-")
         os.environ[SHARED_CACHE_ENV] = folder
         config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+    if workerinput is not None:
+        _keep_to_one_core(str(workerinput["workerid"]), int(workerinput["workercount"]))
+
+
+def _keep_to_one_core(worker: str, workers: int) -> None:
+    """Under pytest-xdist with no more workers than cores, each worker and everything it starts
+    keeps to a core of its own. The tests that read time (the timing gate's pairs, a profiled step,
+    how long the App server takes to answer) then share their core with nothing, however busy the
+    other workers keep the rest of the machine, and torch in a probe starts one intra-op thread
+    instead of one per core, each fighting the other workers' for the same cores."""
+    if workers > len(SESSION_CPUS):
+        return  # more workers than cores: they share, and what reads time reads a shared core
+    os.sched_setaffinity(0, {SESSION_CPUS[int(worker.removeprefix("gw"))]})
 
 
 REPO = Path(__file__).resolve().parent.parent

@@ -297,7 +297,7 @@ def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
         merge([doc, doc.model_copy(update={"good": c2})])
 
 
-@pytest.mark.serial  # it reads time: make test runs it after the parallel part, alone
+# It reads time: under xdist its worker has a core of its own (conftest).
 def test_a_slowdown_bisects_with_the_gates_paired_runs(tmp_path: Path) -> None:
     """--timing: each step of the search is the timing gate's paired runs of good against that
     commit, so a commit that triples the step's work is found like a graph break is."""

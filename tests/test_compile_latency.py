@@ -1,8 +1,8 @@
 """Compile latency: repeated cache-cold compiles, counted under callgrind or timed, per stage.
 
 The decision rules over hand-made samples (pure, no torch), then real reviews: an A/A under
-callgrind stays within ±2 % with no finding, a head that compiles a deeper graph is reported
-naming the stage, the wall-clock measure interleaves its processes, and callgrind asked for
+callgrind repeats within 2 % process to process, a head that compiles a deeper graph is
+reported naming the stage, the wall-clock measure interleaves its processes, and callgrind asked for
 where valgrind is missing is bad input.
 """
 
@@ -171,20 +171,23 @@ def cold(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.skipif(not HAVE_VALGRIND, reason="valgrind (with callgrind.h) is not installed")
-def test_callgrind_a_a_stays_within_2_percent_and_a_deeper_graph_is_named(
+def test_callgrind_repeats_within_2_percent_and_a_deeper_graph_is_named(
     tmp_path: Path, review: ReviewFn, cold: None
 ) -> None:
+    # One review of two processes a side (each ~20 s of valgrind just importing torch): the two
+    # processes of one tree are the A/A, the deeper head the change that must be named.
     config = fast_config("  measure: callgrind\n  runs: 2\n")
     base = model_tree(tmp_path / "base")
-    same = review(base, model_tree(tmp_path / "same"), config, probes=("compile",))
-    change = same.workloads[0].compile_latency
-    assert change is not None and change.measure == "callgrind" and change.pairs == 2
-    assert change.low_pct >= -2.0 and change.high_pct <= 2.0, change
-    assert same.findings == [] and same.verdict == "pass"
-    head_latency = same.workloads[0].head[0].compile.latency  # type: ignore[union-attr]
-    assert all(s.instructions and s.stage_instructions["dynamo"] > 0 for s in head_latency.samples)  # type: ignore[union-attr]
-
     deeper = review(base, write_tree(tmp_path / "deeper", {"model.py": DEEPER}), config, probes=("compile",))
+    change = deeper.workloads[0].compile_latency
+    assert change is not None and change.measure == "callgrind" and change.pairs == 2
+    for side in (deeper.workloads[0].base[0], deeper.workloads[0].head[0]):
+        samples = side.compile.latency.samples  # type: ignore[union-attr]
+        counts = [s.instructions for s in samples]
+        assert len(counts) == 2 and all(counts), counts
+        assert max(counts) <= 1.02 * min(counts), counts  # type: ignore[type-var,operator]
+        assert all(s.stage_instructions["dynamo"] > 0 for s in samples)
+
     [f] = [f for f in deeper.findings if f.category == "compile_latency_regression"]
     assert f.severity == "error" and f.evidence["stage"] in ("dynamo", "aot_autograd")
     # The stage named is the one that added the most instructions, and it grew beyond the budget.

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import pytest
 from conftest import ReviewFn, fast_config, model_tree
 
 from perfcheck.config import Config, parse_config
@@ -133,9 +132,9 @@ def test_review_names_an_added_op(tmp_path: Path, review: ReviewFn) -> None:
     assert finding.evidence["added"] == ["aten::sigmoid"] and finding.evidence["removed"] == []
 
 
-# It reads time: once in a full parallel run (2 cores, 2 workers) one op's profiled step took
-# more than ten times base's whole step, so make test runs it after the parallel part, alone.
-@pytest.mark.serial
+# It reads time: once in a parallel run whose workers shared both cores, one op's profiled step
+# took more than ten times base's whole step; under xdist each worker now keeps to a core of its own
+# (conftest).
 def test_review_of_identical_eager_code_has_the_same_mix(tmp_path: Path, review: ReviewFn) -> None:
     # Times wobble on a shared CPU, so the threshold is set out of reach: what is checked is that
     # identical code yields the identical set of ops, eager this time.

@@ -212,7 +212,7 @@ def test_settings_name_what_is_missing(tmp_path: Path) -> None:
         )
 
 
-@pytest.mark.serial  # it bounds how long an answer takes, so it runs with no neighbour test
+# It bounds how long an answer takes: under xdist its worker has a core of its own (conftest).
 def test_idle_and_slow_connections_do_not_stop_signed_deliveries(served: Any) -> None:
     """The attack that stopped the single-threaded server: sockets that never finish a request."""
     import socket
