@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
+from types import ModuleType
+
+
+def _utils() -> ModuleType | None:
+    """``torch._dynamo.utils`` where something loaded it, else None (nothing compiled)."""
+    return sys.modules.get("torch._dynamo.utils")
 
 
 def _counters() -> Mapping[str, Mapping[str, int]]:
-    utils = sys.modules.get("torch._dynamo.utils")
+    utils = _utils()
     return utils.counters if utils is not None else {}
 
 
@@ -34,7 +40,7 @@ def reset() -> None:
 
 def compile_breakdown() -> dict[str, float]:
     """Seconds spent in Dynamo, AOTAutograd and Inductor, split as torch itself times them."""
-    utils = sys.modules.get("torch._dynamo.utils")
+    utils = _utils()
     spent = utils.calculate_time_spent() if utils is not None else {}
     total = spent.get("entire_frame_compile", 0.0)
     backend = spent.get("backend_compile", 0.0)
