@@ -420,7 +420,8 @@ def _with_compile_latency(
         # One cache for every process, asked for: no compile is cold, so none is measured as one.
         # Or not asked for: its cache-cold compiles cost 2 * compile.runs fresh processes.
         return out
-    for wl in dict.fromkeys(w for w, p in wanted if p == "compile"):
+    # Keyed by name: a workload's settings are not hashable (its `probes` is a list).
+    for wl in {w.name: w for w, p in wanted if p == "compile"}.values():
         at = {r.side: i for i, r in enumerate(out) if r.workload == wl.name and r.probe == "compile"}
         if set(at) != {"base", "head"} or any(out[i].status != "ok" for i in at.values()):
             continue  # a side that could not compile has no latency to compare
