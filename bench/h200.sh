@@ -6,6 +6,9 @@
 #                                                        SWITCH pairs of the Llama attention switch in
 #                                                        $OUT/switch-TAG.json and one recorded device pass
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
+#   bench/h200.sh ttv CASES [JOBS]                    -> $OUT/ttv.json (bench/time_to_verdict.py: whole reviews,
+#                                                        default config, each case timed; CASES e.g.
+#                                                        "suite llama-switch"), results in $OUT/ttv/
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh compile-latency [MEASURE] [RUNS]    -> $OUT/cl-*/ (compile latency: A/A twice, then a
 #                                                        twice-as-deep head; ResNet-18/34, inductor)
@@ -56,6 +59,15 @@ case "$1" in
       echo "processes: exit code $?"
       cat "$OUT/trust-$3.md"
     fi
+    ;;
+  ttv)
+    # Time to verdict (issue 28): each case one whole `perfcheck review` with the default config.
+    for c in $2; do
+      timeout "${TIMEOUT:-560}" python3 bench/time_to_verdict.py "$c" --device cuda --jobs "${3:-4}" \
+        --out "$OUT/ttv.json" --keep "$OUT/ttv"
+      echo "ttv $c: exit code $?"
+    done
+    tar czf "$OUT/ttv.tgz" -C "$OUT" ttv && rm -rf "$OUT/ttv"
     ;;
   final)
     # One call for what the lease has left: GPU clocks and power sampled in the background, the

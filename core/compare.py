@@ -109,6 +109,11 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
         kind = probes.get(name)
         if b is None or h is None or kind is None or kind.compare is None:
             continue
+        if b.status == h.status == "skipped":
+            # Asked for and not run (the review's time budget ran out first): nothing was measured.
+            first = ((h.message or "").strip().splitlines() or ["not run"])[0]
+            inconclusive.append(f"{wl.name}/{name}: {first[:300]}")
+            continue
         rejected = [r for r in (h, b) if r.status == "failed" and r.status not in kind.compared]
         if rejected:
             # torch refused the side's code: the compile or export probe says so as a finding;

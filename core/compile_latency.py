@@ -13,7 +13,7 @@ from statistics import median
 from typing import Literal
 
 from perfcheck.config import BudgetsConfig, TimingConfig
-from perfcheck.core.stats import budget_verdict, process_ratio, ratio_fields
+from perfcheck.core.stats import budget_verdict, process_ratio, ratio_fields, worth_warning
 from perfcheck.schema import (
     COMPILE_STAGES,
     CompileLatency,
@@ -22,10 +22,6 @@ from perfcheck.schema import (
     CompileSample,
     StageLatency,
 )
-
-# A significant change smaller than this share of its budget is not worth a warning: instruction
-# counts are steady enough that a 0.3 % difference between two trees tests significant.
-WARN_SHARE = 0.25
 
 
 def unit(change: CompileLatencyChange) -> Literal["instructions", "s"]:
@@ -61,7 +57,7 @@ def unmeasured(base: CompileLatency | None, head: CompileLatency | None) -> str 
     n = min(len(base.samples), len(head.samples))
     if n < 2:
         failed = [f"{side}: {f}" for side, x in (("base", base), ("head", head)) for f in x.failures[:1]]
-        why = "; ".join(failed)
+        why = "; ".join(failed) or (head.note or "").removeprefix("not measured: ")
         return f"not measured ({why})" if why else f"{n} compile{'s' if n != 1 else ''} per side, 2 needed"
     return None
 
@@ -85,7 +81,7 @@ def decide(
         verdict != "fail"
         and est.p_value < timing.alpha
         and est.ratio_low > 1.0
-        and est.change_pct >= WARN_SHARE * budget
+        and worth_warning(est.change_pct, budget)
     )
     present = [s for s in COMPILE_STAGES if any(_stage_figure(measure, x, s) for x in [*b, *h])]
     stages = [

@@ -16,6 +16,7 @@ from perfcheck.schema import (
     Environment,
     ProbeResult,
     Review,
+    ReviewCosts,
     WorkloadReview,
 )
 
@@ -62,6 +63,32 @@ def environment_line(base: Environment | None, head: Environment | None) -> str:
     if base is None or head is None or base == head:
         return describe(base or head) + (" — same on both sides" if base == head else "")  # type: ignore[arg-type]
     return f"base: {describe(base)}; head: {describe(head)}"
+
+
+def cost_line(costs: list[ReviewCosts]) -> str:
+    """Where the probes' time went against the budget, in one line: each kind of step (the last
+    part of its name) with how many ran and what they took; a step not run says so."""
+    if not costs:
+        return ""
+    spent = max(c.spent_s for c in costs)  # shards run side by side
+    budget = costs[0].budget_s
+    groups: dict[str, list[float]] = {}
+    skipped: dict[str, int] = {}
+    for step in (s for c in costs for s in c.steps):
+        kind = step.step.rsplit(" · ", 1)[-1]
+        if step.spent_s is None:
+            skipped[kind] = skipped.get(kind, 0) + 1
+        else:
+            groups.setdefault(kind, []).append(step.spent_s)
+    parts = [
+        f"{kind} {times[0]:.0f} s"
+        if len(times) == 1
+        else f"{kind} {len(times)} × {sum(times) / len(times):.0f} s"
+        for kind, times in groups.items()
+    ]
+    parts += [f"{kind} not run" + (f" ×{n}" if n > 1 else "") for kind, n in skipped.items()]
+    shards = f" over {len(costs)} shards" if len(costs) > 1 else ""
+    return f"{spent:.0f} s of the {budget:g} s budget{shards}: " + ", ".join(parts)
 
 
 def _environment(results: list[ProbeResult]) -> Environment | None:
@@ -132,6 +159,8 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
         "chart": mermaid_step_chart(review),
         # Built of escaped cells (core.bisect.markdown); the document came from the probe job.
         "bisect": bisect_markdown(review.bisect) if review.bisect else "",
+        "cost": cost_line(review.costs),
+        "cuts": [cut for c in review.costs for cut in c.cuts],
         "environment": environment_line(
             review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
             review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),

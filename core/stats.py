@@ -163,6 +163,17 @@ def budget_verdict(est: ProcessEstimate, budget_pct: float) -> MetricVerdict:
     return "inconclusive"
 
 
+# A significant slowdown smaller than this share of its budget is not worth a warning, nor more
+# samples to settle one: device time and instruction counts are steady enough that an identical
+# tree's 0.1 % order effect tests significant once there are enough pairs (docs/benchmarks.md).
+WARN_SHARE = 0.25
+
+
+def worth_warning(change_pct: float, budget_pct: float) -> bool:
+    """A slowdown large enough, against its budget, to be reported when it is significant."""
+    return change_pct >= WARN_SHARE * budget_pct
+
+
 def significant_slowdown(est: ProcessEstimate, alpha: float) -> bool:
     """The test rejects 'no change' at ``alpha`` and the estimate is a slowdown."""
     return est.p_value < alpha and est.ratio > 1.0

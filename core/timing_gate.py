@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from statistics import median
 
 from perfcheck.config import BudgetsConfig, TimingConfig
-from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio, ratio_fields
+from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio, ratio_fields, worth_warning
 from perfcheck.schema import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
 
 # The GPU busy for at least this share of the wall-clock step: the host keeps ahead of it, and the
@@ -171,10 +171,12 @@ def sequential(
 
 
 def _unsettled(m: MetricChange, alpha: float) -> bool:
-    """The interval says slower, but the test does not yet reject 'no change' at ``alpha``: a
-    warning hangs on the next pairs. Device time is stable enough that two more pairs settle it
-    (on the H200, a planted 1 % at 3 pairs read +0.44 ... +1.40 % with p = 0.014)."""
-    return m.ratio_low > 1.0 and m.p_value >= alpha
+    """The interval says slower by enough to be worth a warning, but the test does not yet reject
+    'no change' at ``alpha``: a warning hangs on the next pairs. Device time is stable enough that
+    two more pairs settle it (on the H200, a planted 1 % at 3 pairs read +0.44 ... +1.40 % with
+    p = 0.014). A slowdown too small to warn about holds nothing: an identical tree's order effect
+    of 0.1 % would otherwise buy pairs up to max_processes."""
+    return m.ratio_low > 1.0 and m.p_value >= alpha and worth_warning(m.change_pct, m.budget_pct)
 
 
 def metric(change: TimingChange, name: str) -> MetricChange | None:

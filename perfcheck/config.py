@@ -132,7 +132,10 @@ class CompileConfig(_Section):
     )
     runs: int = Field(default=3, ge=2, le=20, description="cache-cold compiles measured per side")
     callgrind_budget_s: float = Field(
-        default=900.0, gt=0, description="auto: callgrind only where its estimated cost per side fits"
+        default=120.0,
+        gt=0,
+        description="auto: callgrind only where its estimated cost fits (and what is left of "
+        "review.time_budget_s); a small model under aot_eager fits, Inductor's C++ builds do not",
     )
 
     @field_validator("measure", mode="before")
@@ -172,9 +175,10 @@ class TimingConfig(_Section):
         description="a round runs as many steps as fill this long (at least one), the same on both sides",
     )
     setup_together: int = Field(
-        default=2,
+        default=3,
         ge=1,
-        description="pairs set up (compiled from the warm cache) at once; 1 for models that fill the GPU",
+        description="pairs set up (compiled from the warm cache) at once, so that the first look's "
+        "pairs set up together; 1 for models that fill the GPU",
     )
     device_steps: int = Field(default=10, ge=1, description="GPU: steps of the profiler pass for device time")
     cpu_threads: int = Field(
@@ -252,6 +256,17 @@ class ProfileConfig(_Section):
     top_kernels: int = Field(default=10, ge=1, description="kernels listed in a kernel_mix_changed finding")
     min_change_pct: float = Field(
         default=5.0, ge=0, description="per-kernel time change, in % of the step's kernel time, that counts"
+    )
+
+
+class ReviewConfig(_Section):
+    """The review as a whole."""
+
+    time_budget_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="seconds the probes of one review (or shard) may take: the plan is made to fit, "
+        "and what is cut or cheapened to fit is said in the output",
     )
 
 
@@ -345,6 +360,7 @@ class Config(_Section):
     custom_ops: CustomOpsConfig = CustomOpsConfig()
     profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
+    review: ReviewConfig = ReviewConfig()
     history: HistoryConfig = HistoryConfig()
     bisect: BisectConfig = BisectConfig()
     sweep: SweepConfig = SweepConfig()

@@ -46,6 +46,13 @@ class Progress:
                 self._ticker.start()
         return task
 
+    def say(self, line: str) -> None:
+        """A line of its own between the finished steps (the plan, a step cut to fit)."""
+        with self._lock:
+            clear = "\r\x1b[2K" if self.live else ""
+            self.stream.write(f"{clear}{line}\n")
+            self.stream.flush()
+
     def _line(self) -> str:
         newest = self._running[-1]
         more = f" (+{len(self._running) - 1} running)" if len(self._running) > 1 else ""

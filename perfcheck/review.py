@@ -33,6 +33,7 @@ from perfcheck.core.compare import compare
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
+from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
@@ -186,6 +187,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     except preflight.SetupError as err:
         raise UsageError(str(err)) from None
     request.out_dir.mkdir(parents=True, exist_ok=True)
+    budget = Budget(request.config.review.time_budget_s)
     workloads = (
         run_review(
             ReviewRun(
@@ -199,6 +201,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
                 jobs=request.jobs,
             ),
             forks=forks,
+            budget=budget,
         )
         if mine
         else []
@@ -212,6 +215,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
         workloads=workloads,
         config_origin=request.config_origin,  # type: ignore[arg-type]
         head_config=_head_config_text(head) if request.config_origin == "head" else None,
+        costs=budget.costs(),
     )
     (request.out_dir / "probes.json").write_text(result.model_dump_json(indent=1))
     return result
@@ -367,7 +371,8 @@ def report(
         may_add if may_add is not None else follow_up_results(config),
     )
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
-    review = review.model_copy(update={"bisect": _bisected(runs, review)})
+    costs = [r.costs for _, r in sorted(runs, key=lambda x: x[1].shard.index) if r.costs is not None]
+    review = review.model_copy(update={"bisect": _bisected(runs, review), "costs": costs})
     # The folder as given: the review's commands name it the way its user typed it.
     review = review.model_copy(
         update={"summary": headline(review), "out_dir": str(out_dir), "config_origin": config_origin}

@@ -144,6 +144,11 @@ class CompileMetrics(_Strict):
         "(the workload gave none, or it raised); None: it ran",
     )
     cold_compile_s: float = Field(ge=0)
+    from_base_cache: bool = Field(
+        default=False,
+        description="head's probe started from a copy of base's compile cache (set by the "
+        "orchestrator): what both sides compile alike was compiled once, so cold_compile_s is not cold",
+    )
     compile_breakdown_s: dict[str, float] = Field(
         default_factory=dict, description="dynamo / aot / inductor seconds where torch reports them"
     )
@@ -202,6 +207,12 @@ class TimingProcess(_Strict):
     warmup_steps: int = Field(ge=0)
     warmup_converged: bool
     recompiles: int = Field(default=0, ge=0, description="frames compiled during the timed steps")
+    phases_s: dict[str, float] = Field(
+        default={},
+        max_length=16,
+        description="where the process's time went: ready (spawned to set up), warmup, rounds, device, "
+        "finish, latency (its cache-cold compile)",
+    )
 
 
 class TimingMetrics(_Strict):
@@ -220,6 +231,11 @@ class TimingMetrics(_Strict):
     threads: int | None = Field(default=None, ge=1, description="torch intra-op threads (CPU timing)")
     plant: Plant | None = None
     processes: list[TimingProcess] = Field(min_length=1, max_length=1000)
+    stopped: str | None = Field(
+        default=None,
+        max_length=500,
+        description="the limit that ended the pairs before the gate decided (max_processes, a budget)",
+    )
 
 
 class ExportMetrics(_Strict):
@@ -481,6 +497,25 @@ class WorkloadReview(_Strict):
 ConfigOrigin = Literal["given", "base", "head", "built-in"]
 
 
+class StepCost(_Strict):
+    """One step of a review's plan: what it was expected to cost when it was planned, and what it
+    cost (None: not run)."""
+
+    step: str = Field(max_length=300, description="e.g. 'base · classifier · compile'")
+    expected_s: float | None = Field(default=None, ge=0, description="the estimate it was planned with")
+    spent_s: float | None = Field(default=None, ge=0)
+    note: str | None = Field(default=None, max_length=1000, description="what it was cut to, and why")
+
+
+class ReviewCosts(_Strict):
+    """Where a review's time went, against ``review.time_budget_s``, and what was cut to fit."""
+
+    budget_s: float = Field(gt=0)
+    spent_s: float = Field(ge=0, description="the probes' wall time, start to end")
+    steps: list[StepCost] = Field(default=[], max_length=2000)
+    cuts: list[str] = Field(default=[], max_length=200, description="what was skipped or cheapened, and why")
+
+
 class Review(_Strict):
     schema_version: Literal[2] = SCHEMA_VERSION
     tool_version: str
@@ -502,6 +537,9 @@ class Review(_Strict):
     )
     bisect: BisectDoc | None = Field(
         default=None, description="where each finding came from, when the probe job bisected the PR"
+    )
+    costs: list[ReviewCosts] = Field(
+        default=[], max_length=64, description="per shard: where the probes' time went, and what was cut"
     )
 
 
@@ -540,6 +578,7 @@ class ProbeRun(_Strict):
     bisect: BisectDoc | None = Field(
         default=None, description="this shard's findings bisected along the PR's commits (probe --bisect)"
     )
+    costs: ReviewCosts | None = None
 
 
 # -- `perfcheck trace summary|diff --json`: documents a script can rely on --------------------------

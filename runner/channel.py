@@ -23,7 +23,11 @@ def open_channel() -> IO[bytes]:
 
 
 def argument(channel: IO[bytes]) -> str:
-    return f"{PREFIX}{channel.fileno()}"
+    return argument_fd(channel.fileno())
+
+
+def argument_fd(fd: int) -> str:
+    return f"{PREFIX}{fd}"
 
 
 def read_back(channel: IO[bytes]) -> bytes | None:

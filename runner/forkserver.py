@@ -273,13 +273,51 @@ def _preimport() -> str | None:
     import torch._inductor.compile_fx
     import torch.export
 
-    from perfcheck.runner import worker  # noqa: F401
+    from perfcheck.runner import timing_worker, worker  # noqa: F401
     from perfcheck.runner.probes.base import load_builtin
 
     load_builtin()
     if torch.cuda.is_initialized() or _cuda_driver_initialized():
         return "CUDA was initialized while importing; a child forked now could not use CUDA"
+    _first_compile()
     return None
+
+
+def _first_compile() -> None:
+    """Pay what a process's first Inductor compile pays whatever the code, once, for every child.
+
+    On a CPU most of a first compile is this: Inductor checks which vector ISAs the compiler and
+    machine support by building and loading a test library per ISA (each load a Python process of
+    its own) and runs the C++ toolchain for the first time; measured, 8.7 of a 10.5 s first compile
+    of the demo's classifier. The results are kept in the process's memory, so a child inherits
+    them. Kept fork-safe: one thread (no OpenMP team, no compile thread pool; both restored to
+    decide afresh in the child) and a cache folder of the server's own, deleted after; anything
+    that goes wrong leaves the children to pay it themselves, as before."""
+    import tempfile
+
+    import torch
+    import torch._dynamo
+    import torch._inductor.config as inductor_config
+
+    threads, compile_threads = torch.get_num_threads(), inductor_config.compile_threads
+    old_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
+    with tempfile.TemporaryDirectory(prefix="perfcheck-forkserver-") as cache:
+        try:
+            os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+            torch.set_num_threads(1)
+            inductor_config.compile_threads = 1
+            compiled = torch.compile(lambda x: torch.relu(x @ x + 1.0), backend="inductor")
+            compiled(torch.ones(8, 8))
+        except Exception as err:
+            print(f"perfcheck fork server: no first compile ({type(err).__name__}: {err})", file=sys.stderr)
+        finally:
+            torch._dynamo.reset()
+            inductor_config.compile_threads = compile_threads
+            torch.set_num_threads(threads)
+            if old_cache is None:
+                os.environ.pop("TORCHINDUCTOR_CACHE_DIR", None)
+            else:
+                os.environ["TORCHINDUCTOR_CACHE_DIR"] = old_cache
 
 
 CUDA_ERROR_NOT_INITIALIZED = 3

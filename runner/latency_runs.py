@@ -1,21 +1,23 @@
-"""Compile latency, measured after the compile probe: cache-cold compiles in processes of their own.
+"""Compile latency: how it is measured, and the processes of its own that callgrind needs.
 
-Two measures. Under callgrind (valgrind's instruction counter) a compile costs the same count on
-any machine load, so each side runs one process of ``compile.runs`` counted compiles, base then
-head. Wall-clock compiles are at the mercy of the machine, so they interleave: ``runs`` rounds of
-one base and one head process, which side goes first alternating (A B, B A, ...), one compile
-each. Every process compiles once unmeasured first (runner/probes/compile_latency_probe.py says
-why) and every measured compile starts from empty caches of its own, whatever
-``PERFCHECK_COMPILE_CACHE`` says: with a cache shared between sides, the side that compiled
-second read what the first had written.
+A cache-cold compile is measured in a process that has compiled already (runner/cold_compile.py
+says why), and those processes are there anyway: by wall clock, each timing pair's two workers
+compile once more after their timed rounds, alternating which side goes first as the pairs do
+(``Where`` "timing"); where no timing runs, the compile probe's own process makes them ("compile
+probe"). Only callgrind's instruction counts need processes of their own, started under valgrind:
+one a side, ``compile.runs`` counted compiles each after one warm-up. Instruction counts do not
+depend on the machine's load, so the two sides' processes run at the same time. Every measured
+compile starts from empty caches of its own, whatever ``PERFCHECK_COMPILE_CACHE`` says.
 """
 
 from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -45,11 +47,14 @@ CALLGRIND_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 
+Where = Literal["timing", "compile probe", "callgrind"]
+
 
 @dataclass(frozen=True)
 class Choice:
     measure: CompileMeasure
     note: str | None = None  # why it is not what was asked for
+    estimate_s: float = 0.0  # callgrind's expected cost, both sides at once
 
 
 def estimated_callgrind_s(first_compile_s: float, runs: int) -> float:
@@ -57,13 +62,14 @@ def estimated_callgrind_s(first_compile_s: float, runs: int) -> float:
     return CALLGRIND_STARTUP_S + (runs + 1) * first_compile_s * CALLGRIND_SLOWDOWN
 
 
-def choose(cfg: CompileConfig, device: str, have_valgrind: bool, first_compile_s: float) -> Choice:
+def choose(
+    cfg: CompileConfig, device: str, have_valgrind: bool, first_compile_s: float, left_s: float | None = None
+) -> Choice:
     """The measure of one workload. ``callgrind`` asked for explicitly was checked before the review
-    (preflight); ``auto`` takes it on a CPU with valgrind where its estimated cost fits the budget."""
-    if cfg.measure == "wall":
-        return Choice("wall")
-    if cfg.measure == "callgrind":
-        return Choice("callgrind")
+    (preflight); ``auto`` takes it on a CPU with valgrind where its estimated cost fits both
+    ``compile.callgrind_budget_s`` and ``left_s``, what is left of the review's time budget."""
+    if cfg.measure in ("wall", "callgrind"):
+        return Choice(cfg.measure)
     if device != "cpu":
         return Choice("wall")
     if not have_valgrind:
@@ -72,21 +78,16 @@ def choose(cfg: CompileConfig, device: str, have_valgrind: bool, first_compile_s
     if cost > cfg.callgrind_budget_s:
         return Choice(
             "wall",
-            f"wall-clock: callgrind would take about {cost:.0f} s per side, over compile.callgrind_budget_s "
+            f"wall-clock: callgrind would take about {cost:.0f} s, over compile.callgrind_budget_s "
             f"({cfg.callgrind_budget_s:g} s)",
         )
-    return Choice("callgrind")
-
-
-def schedule(measure: CompileMeasure, runs: int) -> list[tuple[Side, int]]:
-    """(side, counted compiles) per process, in the order they run."""
-    if measure == "callgrind":
-        return [("base", runs), ("head", runs)]
-    rounds: list[tuple[Side, int]] = []
-    for i in range(runs):
-        order: tuple[Side, Side] = ("base", "head") if i % 2 == 0 else ("head", "base")
-        rounds += [(order[0], 1), (order[1], 1)]
-    return rounds
+    if left_s is not None and cost > left_s:
+        return Choice(
+            "wall",
+            f"wall-clock: callgrind would take about {cost:.0f} s, more than the {max(left_s, 0):.0f} s left "
+            "of review.time_budget_s",
+        )
+    return Choice("callgrind", estimate_s=cost)
 
 
 # (spec, side, tag, prefix, extra environment) -> the process's result
@@ -102,28 +103,27 @@ def samples_of(result: ProbeResult) -> list[CompileSample]:
         raise ValueError(f"an invalid result: {err.errors()[0]['msg']}") from None
 
 
-def measure(
-    specs: dict[Side, ProbeSpec], choice: Choice, runs: int, launch: Launch
+def measure_callgrind(
+    specs: dict[Side, ProbeSpec], runs: int, launch: Launch, note: str | None = None
 ) -> dict[Side, CompileLatency]:
-    """Run the schedule; each side's samples in order, and why a process gave none."""
-    got: dict[Side, list[CompileSample]] = {"base": [], "head": []}
-    failures: dict[Side, list[str]] = {"base": [], "head": []}
+    """One process a side under callgrind, both at once; each side's counted compiles, and why its
+    process gave none."""
     with tempfile.TemporaryDirectory(prefix="perfcheck-callgrind-") as dumps:
-        prefix = callgrind.command(Path(dumps)) if choice.measure == "callgrind" else []
-        env = {**CALLGRIND_ENV, callgrind.OUT_ENV: dumps} if choice.measure == "callgrind" else {}
-        for i, (side, compiles) in enumerate(schedule(choice.measure, runs)):
-            plan = LatencyPlan(measure=choice.measure, compiles=compiles)
+        prefix = callgrind.command(Path(dumps))
+        env = {**CALLGRIND_ENV, callgrind.OUT_ENV: dumps}
+
+        def one(side: Side) -> CompileLatency:
+            plan = LatencyPlan(measure="callgrind", compiles=runs)
             spec = specs[side].model_copy(update={"probe": "compile_latency", "latency": plan})
-            result = launch(spec, side, f"-{i}", prefix, env)
+            result = launch(spec, side, "-callgrind", prefix, env)
             try:
                 if result.status != "ok":
                     raise ValueError(f"{result.status}: {(result.message or '').strip()}")
-                got[side] += samples_of(result)
+                samples, failures = samples_of(result), []
             except ValueError as err:
-                failures[side].append((str(err).splitlines() or [""])[0][:500])
-    return {
-        side: CompileLatency(
-            measure=choice.measure, samples=got[side], note=choice.note, failures=failures[side]
-        )
-        for side in got
-    }
+                samples, failures = [], [(str(err).splitlines() or [""])[0][:500]]
+            return CompileLatency(measure="callgrind", samples=samples, note=note, failures=failures)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            base, head = pool.map(one, ("base", "head"))
+    return {"base": base, "head": head}

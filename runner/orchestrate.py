@@ -15,20 +15,22 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import channel, forkserver, reaper
+from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper
+from perfcheck.runner.budget import Budget, cold_compile_estimate_s, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.schema import (
     CompileLatency,
+    CompileMetrics,
     ContractError,
     ProbeResult,
     ProbeStatus,
@@ -36,7 +38,7 @@ from perfcheck.schema import (
     WorkloadReview,
     load_model,
 )
-from perfcheck.spec import ProbeSpec
+from perfcheck.spec import LatencyPlan, ProbeSpec
 
 LOG_TAIL_LINES = 12
 REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
@@ -329,59 +331,226 @@ def run_review(
     run: ReviewRun,
     progress_factory: Callable[[int], Progress] = Progress,
     forks: ForkServers | None = None,
+    budget: Budget | None = None,
 ) -> list[WorkloadReview]:
     """Every probe of ``run``. ``forks``: fork servers a caller running several reviews keeps
-    across them (else the review starts its own and ends them with it)."""
+    across them (else the review starts its own and ends them with it). ``budget``: the review's
+    clock and books (a fresh one of ``review.time_budget_s`` if not given), for the caller to read
+    what was spent and cut."""
+    budget = budget or Budget(run.config.review.time_budget_s)
     with contextlib.ExitStack() as stack:
         if forks is None:
             forks = stack.enter_context(ForkServers(run.out_dir.resolve() / "probes"))
-        return _run_review(run, progress_factory, forks)
+        return _Review(run, progress_factory, forks, budget).run()
 
 
-def _run_review(
-    run: ReviewRun, progress_factory: Callable[[int], Progress], forks: ForkServers
-) -> list[WorkloadReview]:
-    from perfcheck.runner.timing import run_paired
+Item = tuple[WorkloadConfig, str, SideSetup]
 
-    reaper.become_subreaper()  # so that no process a probe starts outlives it
-    # Absolute: every worker runs with its side's tree as working directory.
-    workdir = run.out_dir.resolve() / "probes"
-    workdir.mkdir(parents=True, exist_ok=True)
-    wanted = planned_probes(run.workloads, run.probes)
-    # Per-side probes go base then head, interleaved, so drift over the run hits both sides; with
-    # jobs > 1 they overlap (structure does not depend on timing). Timing runs alone, both sides
-    # at once in alternating rounds, after everything else has finished.
-    paired_names = {k.name for k in probes.kinds() if k.paired}
-    single = [(wl, p, side) for wl, p in wanted if p not in paired_names for side in (run.base, run.head)]
-    paired = [(wl, p) for wl, p in wanted if p in paired_names]
-    progress = progress_factory(len(single) + len(paired))
 
-    def one(item: tuple[WorkloadConfig, str, SideSetup]) -> ProbeResult:
+class _Review:
+    """One run of the orchestrator: the per-side probes, then compile latency and timing."""
+
+    def __init__(
+        self, run: ReviewRun, progress_factory: Callable[[int], Progress], forks: ForkServers, budget: Budget
+    ) -> None:
+        self.run_ = run
+        self.forks = forks
+        self.budget = budget
+        # Absolute: every worker runs with its side's tree as working directory.
+        self.workdir = run.out_dir.resolve() / "probes"
+        self.wanted = planned_probes(run.workloads, run.probes)
+        paired_names = {k.name for k in probes.kinds() if k.paired}
+        self.single: list[Item] = [
+            (wl, p, side) for wl, p in self.wanted if p not in paired_names for side in (run.base, run.head)
+        ]
+        self.paired = [(wl, p) for wl, p in self.wanted if p in paired_names]
+        self.latency_at = {
+            wl.name: latency_place(run, {p for w, p in self.wanted if w.name == wl.name})
+            for wl in run.workloads
+        }
+        self.progress = progress_factory(len(self.single) + len(self.paired))
+        self.base_compiles: dict[str, Future[ProbeResult]] = {}
+        # Why a workload's compile latency is not callgrind's, or not measured at all.
+        self.notes: dict[str, str] = {}
+
+    def run(self) -> list[WorkloadReview]:
+        from perfcheck.runner.timing import run_paired
+
+        run, workdir = self.run_, self.workdir
+        reaper.become_subreaper()  # so that no process a probe starts outlives it
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.progress.say(plan_line(run, self.wanted, self.latency_at, self.budget.total_s))
+        # Per-side probes, base's compile probes first: head's compile of a workload starts from a
+        # copy of base's compile cache (``_compile_cache``). With jobs > 1 they overlap (structure
+        # does not depend on timing). Timing runs alone, both sides at once in alternating rounds,
+        # after everything else has finished.
+        first = [i for i in self.single if i[1] == "compile" and i[2].side == "base"]
+        order = first + [i for i in self.single if i not in first]
+        with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
+            futures = []
+            for item in order:
+                future = pool.submit(self._one, item)
+                if item in first:
+                    self.base_compiles[item[0].name] = future
+                futures.append((item, future))
+            done = {id(item): f.result() for item, f in futures}
+            collected = [done[id(item)] for item in self.single]  # plan order, whatever finished first
+            more = [
+                (wl, p, side)
+                for wl, p in _follow_ups(run, self.wanted, collected)
+                for side in (run.base, run.head)
+            ]
+            if more:
+                self.progress.total += len(more)
+                collected += list(pool.map(self._one, more))
+        collected = self._callgrind_latency(collected)
+        for wl, probe in self.paired:
+            collected = self._timed(wl, probe, collected, run_paired)
+        # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
+        shutil.rmtree(workdir / "cache", ignore_errors=True)
+        reaper.reap_orphans()
+        results = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
+        for r in collected:
+            review = results[r.workload]
+            results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
+        return list(results.values())
+
+    def _one(self, item: Item) -> ProbeResult:
         wl, probe, side = item
-        task = progress.begin(f"{side.side} · {wl.name} · {probe}")
-        cache = None
+        label = f"{side.side} · {wl.name} · {probe}"
+        step = self.budget.begin(label, self._expected(wl, probe, side.side))
+        task = self.progress.begin(label)
+        cache, from_base = None, False
         if probe == "compile":
             # Its cold compile fills the cache the timing probe's processes of this side start from.
-            cache = side_caches(workdir, wl.name)[side.side]
-            shutil.rmtree(cache, ignore_errors=True)
-        spec = probe_spec(run, wl, probe, side)
-        result = run_probe(spec, side.python, wl.timeout_s, workdir, cache, forks=forks)
+            cache, from_base = self._compile_cache(wl, side.side)
+        spec = probe_spec(self.run_, wl, probe, side)
+        if probe == "compile" and self.latency_at[wl.name] == "compile probe":
+            plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
+            spec = spec.model_copy(update={"latency": plan})
+        result = run_probe(spec, side.python, wl.timeout_s, self.workdir, cache, forks=self.forks)
+        if from_base and result.compile is not None:
+            result = result.model_copy(
+                update={"compile": result.compile.model_copy(update={"from_base_cache": True})}
+            )
+        step.done()
         task.finish(_outcome(result))
         return result
 
-    # Per-side probes fork from a pre-imported server; timing and compile latency, which measure
-    # what a process costs, start fresh processes (runner/forkserver.py says why).
-    with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
-        collected = list(pool.map(one, single))  # map keeps plan order, whatever finishes first
-        more = [
-            (wl, p, side) for wl, p in _follow_ups(run, wanted, collected) for side in (run.base, run.head)
-        ]
-        if more:
-            progress.total += len(more)
-            collected += list(pool.map(one, more))
-    collected = _with_compile_latency(run, wanted, collected, workdir, progress)
-    for wl, probe in paired:
-        task = progress.begin(f"base ⇄ head · {wl.name} · {probe}")
+    def _expected(self, wl: WorkloadConfig, probe: str, side: str) -> float:
+        """A per-side probe's expected cost: base's own where it ran already, else the prior."""
+        if side == "head" and probe == "compile" and wl.name in self.base_compiles:
+            done = self.base_compiles[wl.name]
+            if done.done() and not done.cancelled() and done.exception() is None:
+                return done.result().duration_s
+        return prior(probe, self.run_.device)
+
+    def _compile_cache(self, wl: WorkloadConfig, side: str) -> tuple[Path, bool]:
+        """The cache a side's compile probe compiles into, and whether it starts from base's.
+
+        Head's starts from a copy of base's once base's probe is through: what both sides compile
+        identically (most of a PR's graphs) is compiled once, and head compiles only what it
+        changed (ResNet-50's compile probe took 122-128 s per side on the H200, both cold). A copy,
+        not a link: head's code runs in that process and must not change what base compiled.
+        Not where the workload's first compile is held to ``budgets.compile_latency_s``, which
+        needs head's to be cold, nor across two interpreters, whose caches do not match."""
+        run = self.run_
+        cache = side_caches(self.workdir, wl.name)[side]
+        shutil.rmtree(cache, ignore_errors=True)
+        if side != "head" or not shares_compile_cache(run, wl) or wl.name not in self.base_compiles:
+            return cache, False
+        base = self.base_compiles[wl.name].result()  # submitted first: running or done
+        source = side_caches(self.workdir, wl.name)["base"]
+        if base.status != "ok" or not source.is_dir():
+            return cache, False
+        shutil.copytree(source, cache, symlinks=True)
+        return cache, True
+
+    def _callgrind_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
+        """Compile latency under callgrind where it was asked for, or where ``auto`` finds it fits;
+        the choice made for every workload whose latency is measured, with why."""
+        out = list(collected)
+        for wl in self.run_.workloads:
+            where = self.latency_at[wl.name]
+            compiled = _compiled_both(out, wl.name)
+            if where is None or compiled is None:
+                continue
+            first_s = compiled["base"].cold_compile_s
+            reserve = self._timing_estimate(wl, out) if where == "timing" else 0.0
+            have_valgrind = callgrind.valgrind() is not None
+            choice = latency_runs.choose(
+                self.run_.config.compile,
+                self.run_.device,
+                have_valgrind,
+                first_s,
+                self.budget.left() - reserve,
+            )
+            if choice.note:
+                self.notes[wl.name] = choice.note
+            if choice.measure != "callgrind":
+                if where == "compile probe":  # measured there already, by wall clock
+                    out = _with_latency(out, wl.name, _noted(compiled, choice.note))
+                continue
+            self.latency_at[wl.name] = "callgrind"
+            out = _with_latency(out, wl.name, self._run_callgrind(wl, choice))
+        return out
+
+    def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
+        run = self.run_
+        label = f"base ⇄ head · {wl.name} · compile latency (callgrind)"
+        self.progress.total += 1
+        task = self.progress.begin(label)
+        step = self.budget.begin(label, choice.estimate_s)
+        sides = {"base": run.base, "head": run.head}
+
+        def launch(
+            spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str]
+        ) -> ProbeResult:
+            python = sides[side].python
+            return run_probe(spec, python, wl.timeout_s, self.workdir, tag=tag, prefix=prefix, extra_env=env)
+
+        specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}
+        measured = latency_runs.measure_callgrind(specs, run.config.compile.runs, launch, choice.note)
+        n = min(len(m.samples) for m in measured.values())
+        failed = [f for m in measured.values() for f in m.failures]
+        outcome = f"{n} per side" if n else f"not measured: {failed[0] if failed else ''}"
+        step.done(outcome)
+        task.finish(outcome)
+        return measured
+
+    def _timing_estimate(
+        self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int | None = None
+    ) -> float:
+        """The timing gate's first look (or ``pairs`` pairs) for ``wl``: a warm process sets up in
+        about the time base's compile probe took (both import, build and compile)."""
+        cfg = self.run_.config.timing
+        base = next(
+            (r for r in collected if r.workload == wl.name and r.probe == "compile" and r.side == "base"),
+            None,
+        )
+        setup_s = base.duration_s if base is not None else prior("compile", self.run_.device)
+        return timing_estimate_s(cfg, setup_s, pairs or cfg.processes)
+
+    def _timed(
+        self, wl: WorkloadConfig, probe: str, collected: list[ProbeResult], run_paired: Callable[..., Any]
+    ) -> list[ProbeResult]:
+        run, budget = self.run_, self.budget
+        label = f"base ⇄ head · {wl.name} · {probe}"
+        expected = self._timing_estimate(wl, collected)
+        if budget.left() < expected:
+            why = (
+                f"not run: its first {run.config.timing.processes} pairs would take about {expected:.0f} s, "
+                f"more than the {max(budget.left(), 0):.0f} s left of review.time_budget_s "
+                f"({budget.total_s:g} s)"
+            )
+            budget.skip(label, expected, why)
+            self.progress.total -= 1
+            self.progress.say(f"{label}: {why}")
+            return collected + _skipped(run, wl, probe, why)
+        latency_pairs = self._latency_pairs(wl, collected, expected)
+        cost = expected + latency_pairs * 2 * self._cold_estimate(wl, collected)
+        step = budget.begin(label, cost)
+        task = self.progress.begin(label)
 
         def on_pair(n: int, state: str, t: Task = task) -> None:
             t.note(f"pair {n} of {run.config.timing.processes}–{run.config.timing.max_processes}: {state}")
@@ -391,74 +560,153 @@ def _run_review(
             probe_spec(run, wl, probe, run.head),
             run.base,
             run.head,
-            workdir,
+            self.workdir,
             run.config.budgets,
             on_pair=on_pair,
+            latency_pairs=latency_pairs,
+            deadline=budget.deadline(),
+            forks=self.forks,
         )
-        task.finish(_paired_outcome(pair.base, pair.head))
-        collected += [pair.base, pair.head]
-    # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
-    shutil.rmtree(workdir / "cache", ignore_errors=True)
-    reaper.reap_orphans()
-    results = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
-    for r in collected:
-        review = results[r.workload]
-        results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
-    return list(results.values())
-
-
-def _with_compile_latency(
-    run: ReviewRun,
-    wanted: list[tuple[WorkloadConfig, str]],
-    done: list[ProbeResult],
-    workdir: Path,
-    progress: Progress,
-) -> list[ProbeResult]:
-    """Each compile result that both sides finished, with its side's cache-cold compile samples."""
-    out = list(done)
-    if os.environ.get(SHARED_CACHE_ENV) or run.config.compile.measure == "off":
-        # One cache for every process, asked for: no compile is cold, so none is measured as one.
-        # Or not asked for: its cache-cold compiles cost 2 * compile.runs fresh processes.
+        outcome = _paired_outcome(pair.base, pair.head)
+        if latency_pairs:
+            n = min(len(x.samples) for x in pair.latency.values()) if pair.latency else 0
+            outcome += f"; compile latency {n} cache-cold per side"
+        step.done()
+        task.finish(outcome)
+        out = [*collected, pair.base, pair.head]
+        note = self.notes.get(wl.name)
+        if latency_pairs and pair.latency:
+            out = _with_latency(
+                out, wl.name, {s: m.model_copy(update={"note": note}) for s, m in pair.latency.items()}
+            )
+        elif self.latency_at[wl.name] == "timing" and note:
+            out = _with_latency(
+                out, wl.name, dict.fromkeys(("base", "head"), CompileLatency(measure="wall", note=note))
+            )
         return out
-    # Keyed by name: a workload's settings are not hashable (its `probes` is a list).
-    for wl in {w.name: w for w, p in wanted if p == "compile"}.values():
-        at = {r.side: i for i, r in enumerate(out) if r.workload == wl.name and r.probe == "compile"}
-        if set(at) != {"base", "head"} or any(out[i].status != "ok" for i in at.values()):
-            continue  # a side that could not compile has no latency to compare
-        metrics = {side: out[i].compile for side, i in at.items()}
-        if any(m is None for m in metrics.values()):
-            continue
-        first_s = max(m.cold_compile_s for m in metrics.values() if m is not None)
-        measured = _compile_latency(run, wl, first_s, workdir, progress)
-        for side, i in at.items():
-            m = metrics[side]
-            assert m is not None
-            out[i] = out[i].model_copy(update={"compile": m.model_copy(update={"latency": measured[side]})})
+
+    def _cold_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult]) -> float:
+        compiled = _compiled_both(collected, wl.name)
+        first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
+        return cold_compile_estimate_s(first)
+
+    def _latency_pairs(self, wl: WorkloadConfig, collected: list[ProbeResult], timing_s: float) -> int:
+        """How many of the timing pairs also make the compile-latency samples: ``compile.runs``, or
+        fewer where what is left of the budget after the timing's first look cannot pay for them
+        (at least two, else none), said in the cuts and the compile-latency row."""
+        if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
+            return 0
+        runs = self.run_.config.compile.runs
+        each = 2 * self._cold_estimate(wl, collected)
+        affordable = int((self.budget.left() - timing_s) // each) if each > 0 else runs
+        if affordable >= runs:
+            return runs
+        what = f"{wl.name}: compile latency"
+        if affordable >= 2:
+            self.budget.cut(
+                f"{what}: {affordable} cache-cold compiles per side instead of {runs} (about {each:.0f} s a "
+                f"pair), to fit review.time_budget_s"
+            )
+            return affordable
+        why = (
+            f"not measured: {runs} pairs of cache-cold compiles would take about {runs * each:.0f} s, more "
+            f"than the review's time budget leaves"
+        )
+        self.budget.cut(f"{what}: {why}")
+        self.notes[wl.name] = why
+        return 0
+
+
+def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | None:
+    """Where a workload's compile latency is measured (runner/latency_runs.py), or None: not where
+    no compile is cold (``PERFCHECK_COMPILE_CACHE``), nor with ``compile.measure: off``, nor
+    without the compile probe, whose results it joins."""
+    measure = run.config.compile.measure
+    if os.environ.get(SHARED_CACHE_ENV) or measure == "off" or "compile" not in planned:
+        return None
+    if measure == "callgrind":
+        return "callgrind"
+    # A compiled timing worker has compiled once and sits idle after its rounds: the place to make
+    # a cache-cold compile that pays nothing a fresh process would.
+    return "timing" if "timing" in planned and run.config.timing.compiled else "compile probe"
+
+
+def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig) -> bool:
+    return run.base.python == run.head.python and wl.name not in run.config.budgets.compile_latency_s
+
+
+def _compiled_both(results: list[ProbeResult], workload: str) -> dict[str, CompileMetrics] | None:
+    """Both sides' compile metrics of ``workload`` where both compiled, else None."""
+    got = {
+        r.side: r.compile
+        for r in results
+        if r.workload == workload and r.probe == "compile" and r.status == "ok"
+    }
+    if set(got) != {"base", "head"} or any(m is None for m in got.values()):
+        return None
+    return got  # type: ignore[return-value]
+
+
+def _with_latency(
+    results: list[ProbeResult],
+    workload: str,
+    measured: Mapping[Side, CompileLatency] | Mapping[str, CompileLatency],
+) -> list[ProbeResult]:
+    """The compile results of ``workload`` with each side's compile-latency samples."""
+    out = []
+    for r in results:
+        if r.workload == workload and r.probe == "compile" and r.compile is not None and r.side in measured:
+            r = r.model_copy(update={"compile": r.compile.model_copy(update={"latency": measured[r.side]})})
+        out.append(r)
     return out
 
 
-def _compile_latency(
-    run: ReviewRun, wl: WorkloadConfig, first_s: float, workdir: Path, progress: Progress
-) -> dict[Side, CompileLatency]:
-    from perfcheck.runner import callgrind, latency_runs
+def _noted(compiled: Mapping[str, CompileMetrics], note: str | None) -> dict[str, CompileLatency]:
+    """Each side's compile latency as measured, with ``note`` (why it is what it is)."""
+    return {
+        side: (m.latency or CompileLatency(measure="wall")).model_copy(update={"note": note})
+        for side, m in compiled.items()
+    }
 
-    have_valgrind = callgrind.valgrind() is not None
-    choice = latency_runs.choose(run.config.compile, run.device, have_valgrind, first_s)
-    progress.total += 1
-    task = progress.begin(f"base ⇄ head · {wl.name} · compile latency ({choice.measure})")
-    sides = {"base": run.base, "head": run.head}
 
-    def launch(spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str]) -> ProbeResult:
-        task.note(f"{side}{tag}")
-        python = sides[side].python
-        return run_probe(spec, python, wl.timeout_s, workdir, tag=tag, prefix=prefix, extra_env=env)
+def _skipped(run: ReviewRun, wl: WorkloadConfig, probe: str, why: str) -> list[ProbeResult]:
+    return [
+        ProbeResult(probe=probe, workload=wl.name, side=side, status="skipped", duration_s=0.0, message=why)
+        for side in ("base", "head")
+    ]
 
-    specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}
-    measured = latency_runs.measure(specs, choice, run.config.compile.runs, launch)
-    n = min(len(m.samples) for m in measured.values())
-    failed = [f for m in measured.values() for f in m.failures]
-    task.finish(f"{choice.measure}, {n} per side" if n else f"not measured: {failed[0] if failed else ''}")
-    return measured
+
+def plan_line(
+    run: ReviewRun,
+    wanted: list[tuple[WorkloadConfig, str]],
+    latency_at: Mapping[str, latency_runs.Where | None],
+    budget_s: float,
+) -> str:
+    """The plan, said before anything runs: which probes of which workloads, what each costs
+    before this review measured anything (a prior), and the budget they are fitted to."""
+    per_side = [p for _, p in wanted if p != "timing"]
+    kinds = list(dict.fromkeys(per_side))
+    parts = [f"{k} ×{2 * per_side.count(k)} (~{prior(k, run.device):.0f} s each)" for k in kinds]
+    timed = [w.name for w, p in wanted if p == "timing"]
+    cfg = run.config.timing
+    if timed:
+        parts.append(
+            f"timing of {len(timed)} workload{'s' if len(timed) != 1 else ''} "
+            f"({cfg.processes}–{cfg.max_processes} pairs each)"
+        )
+    where = {v for v in latency_at.values() if v is not None}
+    if where:
+        places = {
+            "timing": "in the timing pairs",
+            "compile probe": "in the compile probes",
+            "callgrind": "under callgrind",
+        }
+        parts.append(
+            f"compile latency ({run.config.compile.runs} cache-cold compiles a side, "
+            + " / ".join(places[w] for w in sorted(where))
+            + ")"
+        )
+    return f"plan: {', '.join(parts)}; review.time_budget_s {budget_s:g} s"
 
 
 def _follow_ups(

@@ -18,6 +18,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -26,16 +27,36 @@ from pathlib import Path
 from statistics import median
 from typing import IO, Any
 
+from pydantic import ValidationError
+
 from perfcheck.config import BudgetsConfig, TimingConfig
 from perfcheck.core.stats import fast_mean
 from perfcheck.core.timing_gate import sequential
-from perfcheck.runner import reaper
-from perfcheck.runner.orchestrate import SideSetup, merge_caches, probe_env, side_caches, timing_cache
-from perfcheck.schema import DeviceStep, Environment, Plant, ProbeResult, TimingMetrics, TimingProcess
-from perfcheck.spec import ProbeSpec
+from perfcheck.runner import channel, forkserver, reaper
+from perfcheck.runner.orchestrate import (
+    REAP_WAIT_S,
+    SideSetup,
+    merge_caches,
+    probe_env,
+    side_caches,
+    timing_cache,
+)
+from perfcheck.schema import (
+    CompileLatency,
+    CompileSample,
+    DeviceStep,
+    Environment,
+    Plant,
+    ProbeResult,
+    TimingMetrics,
+    TimingProcess,
+)
+from perfcheck.spec import LatencyPlan, ProbeSpec
 
 SIDES = ("base", "head")
 MAX_STEPS_PER_ROUND = 2000
+LATENCY_COMPILE_THREADS = 4
+MAX_REPLY = 16 * 1024 * 1024  # a reply line longer than this is no reply: the worker runs PR code
 
 
 class WorkerFailed(Exception):
@@ -46,44 +67,80 @@ class WorkerFailed(Exception):
 
 
 class TimingWorker:
-    """One side's worker process and its command/reply pipes."""
+    """One side's worker process and its channel: a socket of its own, commands and replies as
+    JSON lines (nothing the workload prints can reach it). Forked from a fork server of ``forks``
+    where one serves (on a CPU: it saves each worker importing torch, Dynamo and Inductor, 7 s of
+    CPU here), else a fresh process."""
 
-    def __init__(self, spec: ProbeSpec, python: str, workdir: Path, tag: str, cache: Path) -> None:
+    def __init__(
+        self,
+        spec: ProbeSpec,
+        python: str,
+        workdir: Path,
+        tag: str,
+        cache: Path,
+        forks: forkserver.ForkServers | None = None,
+    ) -> None:
         stem = f"{spec.side}-{spec.workload.name}-timing{tag}"
         spec_path = workdir / f"{stem}.spec.json"
         spec_path.write_text(spec.model_dump_json())
         self.log_path = workdir / f"{stem}.log"
         self.started = time.monotonic()
-        read_fd, write_fd = os.pipe()
-        with self.log_path.open("wb") as log, reaper.spawning() as ours:
-            self.proc = subprocess.Popen(
-                [python, "-m", "perfcheck.runner.timing_worker", str(spec_path), str(write_fd)],
-                cwd=spec.tree,
-                env=probe_env(cache),
-                stdin=subprocess.PIPE,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                pass_fds=(write_fd,),
-                start_new_session=True,
-            )
-            ours(self.proc.pid)
-        os.close(write_fd)
-        self.replies: IO[str] = os.fdopen(read_fd, "r")
+        ours, theirs = socket.socketpair()
+        self.channel = ours
+        self.replies: IO[str] = ours.makefile("r", encoding="utf-8")
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: forkserver.Child | None = None
+        env = probe_env(cache)
+        if spec.latency is not None and spec.device == "cuda":
+            # Its cache-cold compile uses a small pool of Triton compile workers, started as it sets
+            # up: six processes of a first look with a pool each the size of the machine would
+            # import torch a hundred times at once.
+            env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(LATENCY_COMPILE_THREADS))
+        with self.log_path.open("wb") as log, contextlib.closing(theirs):
+            if forks is not None and forkserver.serves(spec.device):
+                args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
+                module = "perfcheck.runner.timing_worker"
+                self.child = forks.fork(python, module, args, spec.tree, env, log.fileno(), theirs.fileno())
+            if self.child is None:
+                with reaper.spawning() as spawned:
+                    self.proc = subprocess.Popen(
+                        [
+                            python,
+                            "-m",
+                            "perfcheck.runner.timing_worker",
+                            str(spec_path),
+                            channel.argument_fd(theirs.fileno()),
+                        ],
+                        cwd=spec.tree,
+                        env=env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=(theirs.fileno(),),
+                        start_new_session=True,
+                    )
+                    spawned(self.proc.pid)
+
+    @property
+    def pid(self) -> int:
+        return self.child.pid if self.child is not None else self.proc.pid  # type: ignore[union-attr]
 
     def send(self, cmd: str, **args: Any) -> None:
-        assert self.proc.stdin is not None
         try:
-            self.proc.stdin.write(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
-            self.proc.stdin.flush()
-        except BrokenPipeError:
+            self.channel.sendall(json.dumps({"cmd": cmd, **args}).encode() + b"\n")
+        except OSError:
             raise self._death() from None
 
     def receive(self, timeout_s: float) -> dict[str, Any]:
-        ready, _, _ = select.select([self.replies], [], [], timeout_s)
+        ready, _, _ = select.select([self.channel], [], [], timeout_s)
         if not ready:
             self.kill()
             raise WorkerFailed("timeout", f"no answer within {timeout_s:g} s; the worker was killed")
-        line = self.replies.readline()
+        try:
+            line = self.replies.readline(MAX_REPLY)
+        except (OSError, UnicodeDecodeError):
+            line = ""
         if not line:
             raise self._death()
         try:
@@ -92,38 +149,62 @@ class TimingWorker:
             raise WorkerFailed("crashed", "the worker sent an unreadable reply") from None
         if not isinstance(answer, dict) or not answer.get("ok"):
             if not isinstance(answer, dict):
-                raise WorkerFailed("crashed", str(answer))
+                raise WorkerFailed("crashed", str(answer)[:2000])
             status = "failed" if answer.get("status") == "failed" else "crashed"
-            raise WorkerFailed(status, str(answer.get("error")))
+            raise WorkerFailed(status, str(answer.get("error"))[:4000])
         return answer
 
     def ask(self, cmd: str, timeout_s: float, **args: Any) -> dict[str, Any]:
         self.send(cmd, **args)
         return self.receive(timeout_s)
 
+    def _wait(self, timeout_s: float | None) -> int | None:
+        """Its exit code; None when it still runs after ``timeout_s`` (or its server is gone)."""
+        if self.child is not None:
+            try:
+                return self.child.wait(timeout_s)
+            except forkserver.ServerLost:
+                return None
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+
     def _death(self) -> WorkerFailed:
-        code = self.proc.wait()
+        code = self._wait(30)
         tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-12:])
-        how = f"died of {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        if code is None:
+            how = "stopped answering"
+        else:
+            how = f"died of {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
         return WorkerFailed("crashed", f"the timing worker {how}\n{tail}".strip())
 
     def kill(self) -> None:
         """End the worker, what is left of its process group, and any orphan it left."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-        reaper.finished(self.proc.pid)
+            os.killpg(self.pid, signal.SIGKILL)
+        if self.child is not None:
+            self._wait(REAP_WAIT_S)  # its server reaps it
+            self.child.close()
+        else:
+            assert self.proc is not None
+            self.proc.wait()
+            reaper.finished(self.proc.pid)
         reaper.reap_orphans()
 
     def close(self) -> None:
-        if self.proc.poll() is None:
+        if self.channel.fileno() == -1:
+            return  # closed already
+        if self._wait(0) is None:
             try:
                 self.send("quit")
-                self.proc.wait(timeout=30)
-            except (WorkerFailed, subprocess.TimeoutExpired, OSError):
+                self._wait(30)
+            except (WorkerFailed, OSError):
                 pass
         self.kill()
         self.replies.close()
+        self.channel.close()
 
 
 @dataclass
@@ -146,6 +227,12 @@ class SideRecord:
     warmup: dict[str, Any] = field(default_factory=dict)
     finish: dict[str, Any] = field(default_factory=dict)
     conditions: list[Measured] = field(default_factory=list)
+    latency: CompileSample | None = None  # its cache-cold compile, where it made one
+    latency_failure: str | None = None
+    phases_s: dict[str, float] = field(default_factory=dict)  # where its time went, by command
+
+    def spend(self, phase: str, since: float) -> None:
+        self.phases_s[phase] = round(self.phases_s.get(phase, 0.0) + time.monotonic() - since, 3)
 
     def process(self, condition: int = 0) -> TimingProcess:
         m = self.conditions[condition]
@@ -166,7 +253,19 @@ class SideRecord:
             warmup_steps=self.warmup["warmup_steps"],
             warmup_converged=self.warmup["warmup_converged"],
             recompiles=self.finish.get("recompiles", 0),
+            phases_s={
+                "ready": round(self.ready_s, 3),
+                **_numbers(self.setup.get("phases_s")),
+                **self.phases_s,
+            },
         )
+
+
+def _numbers(value: Any) -> dict[str, float]:
+    """A worker's own phase timings, as far as they are numbers (it runs PR code)."""
+    if not isinstance(value, dict):
+        return {}
+    return {str(k)[:40]: round(float(v), 3) for k, v in list(value.items())[:8] if isinstance(v, int | float)}
 
 
 @contextlib.contextmanager
@@ -208,11 +307,16 @@ def _spawn(
     workdir: Path,
     index: int,
     caches: dict[str, Path],
+    forks: forkserver.ForkServers | None,
+    latency_pairs: int = 0,
 ) -> _Pair:
     order = SIDES if index % 2 == 0 else SIDES[::-1]
+    if index < latency_pairs:  # its workers make a cache-cold compile after the rounds
+        plan = LatencyPlan(measure="wall", compiles=1)
+        specs = {side: spec.model_copy(update={"latency": plan}) for side, spec in specs.items()}
     # Spawned back to back in this pair's order, so neither side is always the newer process.
     workers = {
-        side: TimingWorker(specs[side], sides[side].python, workdir, f"-p{index + 1}", caches[side])
+        side: TimingWorker(specs[side], sides[side].python, workdir, f"-p{index + 1}", caches[side], forks)
         for side in order
     }
     return _Pair(index, order, workers, {side: SideRecord(first=side == order[0]) for side in SIDES})
@@ -226,6 +330,8 @@ def run_pairs(
     cpu: int | None,
     caches: dict[str, Path],
     conditions: Sequence[Condition] = (Condition(),),
+    latency_pairs: int = 0,
+    forks: forkserver.ForkServers | None = None,
 ) -> list[dict[str, SideRecord]]:
     """Spawn these pairs' workers, set all of them up at once, then time one pair at a time.
 
@@ -237,7 +343,7 @@ def run_pairs(
     pairs: list[_Pair] = []
     try:
         for index in indices:
-            pairs.append(_spawn(specs, sides, workdir, index, caches))
+            pairs.append(_spawn(specs, sides, workdir, index, caches, forks, latency_pairs))
         for pair in pairs:
             for side in pair.order:
                 with _blaming(side):
@@ -245,11 +351,16 @@ def run_pairs(
         for pair in pairs:
             for side in pair.order:
                 with _blaming(side):
-                    pair.records[side].setup = pair.workers[side].receive(timeout)
+                    pair.records[side].setup = setup = pair.workers[side].receive(timeout)
                 pair.records[side].ready_s = time.monotonic() - pair.workers[side].started
+                if isinstance(setup.get("began"), float):  # the same monotonic clock
+                    imports = max(0.0, setup["began"] - pair.workers[side].started)
+                    pair.records[side].phases_s["imports"] = round(imports, 3)
         out = []
         for pair in pairs:
             _measure(pair, specs, cpu, conditions)
+            if pair.index < latency_pairs:
+                _cold_compiles(pair, specs["head"].workload.timeout_s)
             for worker in pair.workers.values():
                 worker.close()
             out.append(pair.records)
@@ -268,7 +379,9 @@ def _measure(
     workers, records, order = pair.workers, pair.records, pair.order
     # Warm-up one side at a time: a steady state measured while the other works is not one.
     for side in order:
+        since = time.monotonic()
         records[side].warmup = _ask(workers, side, "warmup", timeout, cpu=cpu)
+        records[side].spend("warmup", since)
     per_round = steps_per_round(cfg.round_ms, [records[s].warmup["step_ms"] for s in SIDES])
     for condition in conditions:
         if condition.plant is not None:
@@ -278,17 +391,41 @@ def _measure(
         measured = {side: Measured() for side in SIDES}
         for r in range(cfg.rounds if condition.rounds is None else condition.rounds):
             for side in order if r % 2 == 0 else order[::-1]:
+                since = time.monotonic()
                 answer = _ask(workers, side, "round", timeout, steps=per_round)
+                records[side].spend("rounds", since)
                 measured[side].times_ms += answer["times_ms"]
                 measured[side].host_ms += answer["host_ms"]
         if cuda:
             for side in order:
+                since = time.monotonic()
                 measured[side].device = _ask(workers, side, "device", timeout, steps=cfg.device_steps)
+                records[side].spend("device", since)
         for side in SIDES:
             records[side].conditions.append(measured[side])
             records[side].steps_per_round = per_round
     for side in order:
+        since = time.monotonic()
         records[side].finish = _ask(workers, side, "finish", timeout)
+        records[side].spend("finish", since)
+
+
+def _cold_compiles(pair: _Pair, timeout: float) -> None:
+    """Each worker of the pair, in the pair's order, compiles the workload once more on empty
+    caches (runner/cold_compile.py): the pairs alternate who goes first, as in the rounds. A
+    failure costs that side's sample only; the pair's timing is measured already."""
+    for side in pair.order:
+        record = pair.records[side]
+        since = time.monotonic()
+        try:
+            with _blaming(side):
+                answer = pair.workers[side].ask("latency", timeout)
+            record.spend("latency", since)
+            record.latency = CompileSample.model_validate(answer.get("sample"))
+        except WorkerFailed as err:
+            record.latency_failure = f"{err.status}: {(str(err).strip().splitlines() or [''])[0][:300]}"
+        except ValidationError as err:
+            record.latency_failure = f"an invalid sample: {err.errors()[0]['msg']}"
 
 
 def steps_per_round(round_ms: float, settled_ms: Sequence[float]) -> int:
@@ -302,6 +439,8 @@ def steps_per_round(round_ms: float, settled_ms: Sequence[float]) -> int:
 class PairedTiming:
     base: ProbeResult
     head: ProbeResult
+    # Each side's cache-cold compiles made in the pairs' processes, where they were asked for.
+    latency: dict[str, CompileLatency] = field(default_factory=dict)
 
 
 def shared_cpu() -> int | None:
@@ -321,9 +460,15 @@ def run_paired(
     workdir: Path,
     budgets: BudgetsConfig,
     on_pair: Callable[[int, str], None] | None = None,
+    latency_pairs: int = 0,
+    deadline: float | None = None,
+    forks: forkserver.ForkServers | None = None,
 ) -> PairedTiming:
     """Time both sides over pairs of processes until the gate decides; one ProbeResult per side,
-    never raising for what the workers do."""
+    never raising for what the workers do. The first ``latency_pairs`` pairs' workers then each
+    make one cache-cold compile, the compile-latency samples (``PairedTiming.latency``). No look
+    starts that would end after ``deadline`` (monotonic; the review's time budget), estimated from
+    what the last look cost."""
     start = time.monotonic()
     specs = {"base": base_spec, "head": head_spec}
     sides = {"base": base, "head": head}
@@ -332,24 +477,63 @@ def run_paired(
     cold = not any(c.exists() for c in own.values())
     cpu = shared_cpu()
     pairs: list[dict[str, SideRecord]] = []
+    stopped: str | None = None
     try:
         while True:
             caches = pair_caches(workdir, head_spec.workload.name, first=not pairs and cold)
-            pairs += run_pairs(specs, sides, workdir, _next_batch(len(pairs), cfg, cold), cpu, caches)
+            batch = _next_batch(len(pairs), cfg, cold)
+            look = time.monotonic()
+            pairs += run_pairs(
+                specs, sides, workdir, batch, cpu, caches, latency_pairs=latency_pairs, forks=forks
+            )
+            per_pair = (time.monotonic() - look) / len(batch)
             procs = {s: [p[s].process() for p in pairs] for s in SIDES}
             decided = sequential(procs["base"], procs["head"], budgets, cfg)
-            spent = time.monotonic() - start
-            out_of_time = spent > cfg.time_budget_s and len(pairs) >= 2
+            stopped = None if decided is not None else _stop_reason(cfg, pairs, start, per_pair, deadline)
             if on_pair is not None:
-                on_pair(
-                    len(pairs), decided.verdict if decided else ("out of time" if out_of_time else "more")
-                )
-            if decided is not None or out_of_time or len(pairs) >= cfg.max_processes:
+                on_pair(len(pairs), decided.verdict if decided else ("stopped" if stopped else "more"))
+            if decided is not None or stopped is not None:
                 break
     except WorkerFailed as err:
         return _failed_pair(specs, err, time.monotonic() - start)
     elapsed = time.monotonic() - start
-    return PairedTiming(*(_result(specs[s], [p[s] for p in pairs], cold, cpu, elapsed) for s in SIDES))
+    base_result, head_result = (
+        _result(specs[s], [p[s] for p in pairs], cold, cpu, elapsed, stopped) for s in SIDES
+    )
+    return PairedTiming(base_result, head_result, latency=latency_samples(pairs) if latency_pairs else {})
+
+
+def _stop_reason(
+    cfg: TimingConfig,
+    pairs: Sequence[dict[str, SideRecord]],
+    start: float,
+    per_pair_s: float,
+    deadline: float | None,
+) -> str | None:
+    """Why no further look is timed although the verdict is open, or None: go on."""
+    if len(pairs) >= cfg.max_processes:
+        return f"timing.max_processes ({cfg.max_processes})"
+    now = time.monotonic()
+    if len(pairs) >= 2 and now - start > cfg.time_budget_s:
+        return f"timing.time_budget_s ({cfg.time_budget_s:g} s)"
+    more = min(cfg.extra_processes, cfg.max_processes - len(pairs))
+    if len(pairs) >= 2 and deadline is not None and now + more * per_pair_s > deadline:
+        return f"review.time_budget_s ({more} more pairs would take about {more * per_pair_s:.0f} s)"
+    return None
+
+
+def latency_samples(pairs: Sequence[dict[str, SideRecord]]) -> dict[str, CompileLatency]:
+    """Each side's cache-cold compiles, in pair order; a pair where either side has none gives
+    neither a sample, so sample i of base and of head are still a pair."""
+    both = [p for p in pairs if p["base"].latency is not None and p["head"].latency is not None]
+    return {
+        side: CompileLatency(
+            measure="wall",
+            samples=[p[side].latency for p in both],  # type: ignore[misc]
+            failures=[f for p in pairs if (f := p[side].latency_failure)],
+        )
+        for side in SIDES
+    }
 
 
 def pair_caches(workdir: Path, workload: str, first: bool) -> dict[str, Path]:
@@ -379,7 +563,12 @@ def _next_batch(done: int, cfg: TimingConfig, cold: bool) -> list[int]:
 
 
 def _result(
-    spec: ProbeSpec, records: list[SideRecord], cold: bool, cpu: int | None, elapsed: float
+    spec: ProbeSpec,
+    records: list[SideRecord],
+    cold: bool,
+    cpu: int | None,
+    elapsed: float,
+    stopped: str | None = None,
 ) -> ProbeResult:
     first = records[0]
     setup = first.setup
@@ -395,6 +584,7 @@ def _result(
         threads=setup.get("threads"),
         plant=spec.plant,
         processes=[r.process() for r in records],
+        stopped=stopped,
     )
     return ProbeResult(
         probe="timing",

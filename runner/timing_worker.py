@@ -1,10 +1,11 @@
-"""One side's timing worker process: ``python -m perfcheck.runner.timing_worker SPEC REPLY_FD``.
+"""One side's timing worker process: ``python -m perfcheck.runner.timing_worker SPEC fd:N``.
 
 The orchestrator runs workers in pairs, one per side, several pairs per workload: the process is
 the unit of replication. It asks each worker of a pair, in alternation, for rounds of timed steps,
-then (on a GPU) for a device pass of its own. Commands arrive as JSON lines on
-stdin; replies go as JSON lines to REPLY_FD, a pipe of their own, so nothing the workload prints
-can corrupt them.
+then (on a GPU) for a device pass of its own, and, for the compile-latency samples, for one
+cache-cold compile once the rounds are over. Commands and replies are JSON lines on the socket
+``fd:N``, a channel of its own, so nothing the workload prints can corrupt them. On a CPU the
+process is forked from a fork server that imported torch (runner/forkserver.py).
 
 Timing rules: warm up until compilation, autotuning and recompiles have stopped and step times
 have settled, then a few steps more; the host work of both sides runs on one and the same core
@@ -21,11 +22,12 @@ import gc
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -33,6 +35,7 @@ from typing import Any
 import torch
 
 from perfcheck.runner import step as steps
+from perfcheck.runner.channel import PREFIX
 from perfcheck.runner.dynamo_stats import compile_activity, compile_breakdown, compiled_frames, reset
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import call_build, load_build
@@ -152,14 +155,25 @@ class Session:
         self.one: Callable[[], Any] = lambda: None
         self.frames_after_warmup = 0
         self.unplanted: dict[str, float] = {}  # device and host time before anything was planted
+        self.cores = os.sched_getaffinity(0)  # before warm-up pins every thread to one of them
+
+    def _compile_workers(self) -> bool:
+        """Whether this worker's cache-cold compile wants Inductor's Triton compile workers."""
+        return self.spec.latency is not None and self.cuda and self.spec.compile.backend == "inductor"
 
     def setup(self) -> dict[str, Any]:
         spec, cfg, wl = self.spec, self.spec.timing, self.spec.workload
+        if self._compile_workers():
+            from perfcheck.runner.cold_compile import start_compile_workers
+
+            start_compile_workers()
         if not self.cuda:
             # Set before the first op, so intra-op parallel regions never start more threads.
             torch.set_num_threads(cfg.cpu_threads)
         reset()
+        began = time.monotonic()
         built = call_build(load_build(wl.entry, Path(spec.tree)), spec.device)
+        built_s = time.monotonic() - began
         model, inputs = built.model, built.inputs
         model = steps.prepare(model, wl.train)
         optimizer = steps.frozen_optimizer(model) if wl.train else None
@@ -194,6 +208,10 @@ class Session:
             "backend": spec.compile.backend if cfg.compiled else None,
             "batch_size": steps.batch_size(inputs),
             "first_step_s": round(first, 4),
+            # Where set-up went besides its imports (the orchestrator sees when it began, on the
+            # same monotonic clock): building the model, its first (compiling) step.
+            "began": began,
+            "phases_s": {"build": round(built_s, 3), "first step": round(first, 3)},
             "compile_breakdown_s": compile_breakdown() if cfg.compiled else {},
             "threads": torch.get_num_threads() if not self.cuda else None,
             "environment": environment(spec.device).model_dump(),
@@ -298,6 +316,31 @@ class Session:
                 shutil.copyfile(path, keep)
         return {**metrics.model_dump(), "pass_s": round(time.perf_counter() - started, 3)}
 
+    def latency(self) -> dict[str, Any]:
+        """One cache-cold compile of a freshly built model, after the timed rounds (runner/
+        cold_compile.py): this process compiled already, so what a process pays once is paid, and
+        it is idle, as is the other side's worker of its pair. The timed model goes first: two
+        copies of a model that fills the GPU do not fit."""
+        from perfcheck.runner.cold_compile import cold_compile, on_cores, wait_compile_workers
+        from perfcheck.runner.probes.base import Workload
+
+        spec = self.spec
+        self.run_step = self.one = lambda: None  # the timed model and its step, no longer held
+        gc.unfreeze()
+        gc.collect()
+        if self.cuda:
+            torch.cuda.empty_cache()
+
+        def build() -> Workload:
+            built = call_build(load_build(spec.workload.entry, Path(spec.tree)), spec.device)
+            return Workload(spec.workload.name, built.model, built.inputs)
+
+        with on_cores(self.cores):
+            if self._compile_workers():
+                wait_compile_workers()
+            sample = cold_compile(spec, build, None)
+        return {"sample": sample.model_dump(mode="json")}
+
     def finish(self) -> dict[str, Any]:
         if self.cuda:
             peak, kind = torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
@@ -316,7 +359,7 @@ def _rejected_by_torch(err: BaseException) -> bool:
     return exc is not None and isinstance(err, exc.TorchDynamoException)
 
 
-def serve(spec: ProbeSpec, reply: Any) -> None:
+def serve(spec: ProbeSpec, commands: Iterable[str], reply: Any) -> None:
     session = Session(spec)
     handlers: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
         "setup": lambda _: session.setup(),
@@ -325,8 +368,9 @@ def serve(spec: ProbeSpec, reply: Any) -> None:
         "device": lambda msg: session.device(int(msg["steps"])),
         "plant": lambda msg: session.plant(float(msg["device_pct"]), float(msg["host_pct"])),
         "finish": lambda _: session.finish(),
+        "latency": lambda _: session.latency(),
     }
-    for line in sys.stdin:
+    for line in commands:
         msg = json.loads(line)
         if msg.get("cmd") == "quit":
             return
@@ -348,12 +392,16 @@ def serve(spec: ProbeSpec, reply: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
-        print("usage: python -m perfcheck.runner.timing_worker SPEC.json REPLY_FD", file=sys.stderr)
+    if len(args) != 2 or not args[1].removeprefix(PREFIX).isdigit():
+        print("usage: python -m perfcheck.runner.timing_worker SPEC.json fd:N (a socket)", file=sys.stderr)
         return 2
     spec = load_model(ProbeSpec, Path(args[0]).read_bytes(), args[0])
-    with os.fdopen(int(args[1]), "w") as reply:
-        serve(spec, reply)
+    with (
+        socket.socket(fileno=int(args[1].removeprefix(PREFIX))) as channel,
+        channel.makefile("r", encoding="utf-8") as commands,
+        channel.makefile("w", encoding="utf-8") as reply,
+    ):
+        serve(spec, commands, reply)
     return 0
 
 

@@ -21,7 +21,7 @@ from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import rows as compile_rows
 from perfcheck.core.probes.kind import Row
 from perfcheck.runner import callgrind
-from perfcheck.runner.latency_runs import choose, schedule
+from perfcheck.runner.latency_runs import choose
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.schema import CompileLatency, CompileMetrics, CompileSample, ProbeResult, WorkloadReview
 
@@ -120,23 +120,19 @@ def test_wall_clock_that_cannot_decide_says_so_in_its_row_and_leaves_the_verdict
     assert "undecided against 20 %" in row.delta
 
 
-def test_wall_clock_compiles_interleave_and_auto_says_why_it_is_not_callgrind() -> None:
-    assert schedule("wall", 3) == [
-        ("base", 1),
-        ("head", 1),
-        ("head", 1),
-        ("base", 1),
-        ("base", 1),
-        ("head", 1),
-    ]
-    assert schedule("callgrind", 3) == [("base", 3), ("head", 3)]
+def test_auto_takes_callgrind_only_where_it_fits_and_says_why_not() -> None:
     auto = CompileConfig()
     assert choose(auto, "cpu", True, 1.0).measure == "callgrind"
     assert choose(auto, "cuda", True, 1.0).measure == "wall"
     missing = choose(auto, "cpu", False, 1.0)
     assert missing.measure == "wall" and "valgrind is not installed" in (missing.note or "")
-    big = choose(auto, "cpu", True, 120.0)
+    # An Inductor first compile of ten seconds: callgrind would take minutes a side.
+    big = choose(auto, "cpu", True, 10.0)
     assert big.measure == "wall" and "compile.callgrind_budget_s" in (big.note or "")
+    late = choose(auto, "cpu", True, 1.0, left_s=30.0)
+    assert late.measure == "wall" and "left of review.time_budget_s" in (late.note or "")
+    asked = CompileConfig(measure="callgrind")
+    assert choose(asked, "cpu", True, 60.0, left_s=0.0).measure == "callgrind"
 
 
 DEEPER = """\
@@ -197,18 +193,24 @@ def test_callgrind_repeats_within_2_percent_and_a_deeper_graph_is_named(
     assert deeper.verdict == "fail"
 
 
-def test_wall_clock_measure_runs_interleaved_fresh_processes_per_side(
+def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
     tmp_path: Path, review: ReviewFn, cold: None
 ) -> None:
+    """By wall clock no process starts for compile latency: each timing pair's two workers, warm and
+    idle after their rounds, compile once more on empty caches, the side that timed first first."""
     config = fast_config("  measure: wall\n  runs: 2\n")
-    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
-    logs = sorted(p.name for p in (tmp_path / "out" / "probes").glob("*compile_latency*.log"))
-    # base, head, then head, base: which side goes first alternates.
-    assert logs == [
-        f"{s}-net-compile_latency-{i}.log" for i, s in ((0, "base"), (3, "base"), (1, "head"), (2, "head"))
-    ]
+    result = review(
+        model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile", "timing")
+    )
+    probes_dir = tmp_path / "out" / "probes"
+    assert not list(probes_dir.glob("*compile_latency*"))  # no process of its own
     change = result.workloads[0].compile_latency
     assert change is not None and change.measure == "wall" and change.pairs == 2
+    timing = {r.side: r.timing for r in result.workloads[0].base + result.workloads[0].head if r.timing}
+    for side in ("base", "head"):
+        processes = timing[side].processes  # type: ignore[union-attr]
+        assert [("latency" in p.phases_s) for p in processes[:2]] == [True, True]
+        assert all("latency" not in p.phases_s for p in processes[2:])
     for side in (result.workloads[0].base[0], result.workloads[0].head[0]):
         samples = side.compile.latency.samples  # type: ignore[union-attr]
         assert len(samples) == 2 and all(s.instructions is None and s.stages_s["dynamo"] > 0 for s in samples)
@@ -218,6 +220,18 @@ def test_wall_clock_measure_runs_interleaved_fresh_processes_per_side(
         "| · Dynamo |" in comment
         and "first compile of a process (aot\\_eager, one run each) · context" in comment
     )
+
+
+def test_without_timing_the_compile_probe_makes_the_cold_compiles(
+    tmp_path: Path, review: ReviewFn, cold: None
+) -> None:
+    config = fast_config("  measure: wall\n  runs: 2\n")
+    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
+    change = result.workloads[0].compile_latency
+    assert change is not None and change.measure == "wall" and change.pairs == 2
+    [head] = [r for r in result.workloads[0].head if r.probe == "compile"]
+    assert head.compile is not None and head.compile.from_base_cache  # what base compiled, read
+    assert result.verdict == "pass"
 
 
 def test_callgrind_asked_for_without_valgrind_is_bad_input(tmp_path: Path) -> None:

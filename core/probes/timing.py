@@ -9,6 +9,7 @@ from statistics import median
 from perfcheck.config import Config
 from perfcheck.core import deltas
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.stats import worth_warning
 from perfcheck.core.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
 from perfcheck.schema import (
     DeviceStep,
@@ -76,7 +77,9 @@ def _bound_words(change: TimingChange) -> str:
 
 def _alarm(m: MetricChange, alpha: float) -> bool:
     """Reported: a fail, or a slowdown the test finds significant although within the budget."""
-    return m.verdict == "fail" or (m.p_value < alpha and m.ratio > 1.0)
+    return m.verdict == "fail" or (
+        m.p_value < alpha and m.ratio > 1.0 and worth_warning(m.change_pct, m.budget_pct)
+    )
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
@@ -111,7 +114,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
         if m.decides and m.verdict == "inconclusive":
             why = (
                 f"{wl}: {_metric_words(m)} straddles the {m.budget_pct:g} % budget "
-                f"after {m.processes} process pairs"
+                f"after {m.processes} process pairs" + (f" (no more pairs: {h.stopped})" if h.stopped else "")
             )
             inconclusive.append(
                 why + (f"; {HOST_BOUND_ADVICE}" if change.bound == "host" and m.metric == "step_ms" else "")

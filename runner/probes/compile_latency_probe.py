@@ -1,152 +1,20 @@
-"""Cache-cold compiles of one workload in one process, timed or counted, split by stage.
+"""Cache-cold compiles of one workload in a process of its own, counted under callgrind.
 
-What a cold compile costs is measured on compiles that find every compiler cache empty (a fresh
-Inductor/Triton/AOTAutograd cache each, Dynamo reset, sympy's cache cleared) in a process that
-has compiled once already. That first compile is a warm-up and is not measured: it pays what a
-process pays once whatever the code, and it swamps the difference between two trees. Measured on
-the demo's classifier under Inductor on a 2-core CPU: the first compile of a process took
-10.5 s, of which 8.7 s were ten C++ builds (seven of them Inductor's CPU-ISA probes and its
-first toolchain runs), the next fresh-cache compiles 1.8-2.0 s with three builds each.
-
-The orchestrator runs this worker-only probe (``compile_latency``), under callgrind or not, and
-hands its samples to the side's compile result (runner/latency_runs.py).
+Valgrind must start the process, so callgrind's compiles cannot run in a process that is there
+anyway: the orchestrator runs this worker-only probe (``compile_latency``) under valgrind, one
+process a side, and hands its samples to the side's compile result (runner/latency_runs.py). The
+first compile of the process is a warm-up and is not counted (runner/cold_compile.py says why).
 """
 
 from __future__ import annotations
 
-import gc
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable
 
-import torch
-import torch._dynamo
-
-from perfcheck.runner import step as steps
 from perfcheck.runner.callgrind import Counter
+from perfcheck.runner.cold_compile import cold_compile
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
-from perfcheck.schema import CompileLatency, CompileSample
+from perfcheck.schema import CompileLatency
 from perfcheck.spec import ProbeSpec
-
-# torch's compile events (dynamo_timed phases) and the stage each one opens; the innermost open
-# event decides, as torch's own calculate_time_spent splits it.
-_STAGE_OF_EVENT = {
-    "entire_frame_compile": "dynamo",
-    "backend_compile": "aot_autograd",
-    "entire_backward_compile": "aot_autograd",  # a training step compiles backward lazily
-    "inductor_compile": "inductor",
-}
-
-
-class _Stages:
-    """Seconds (and, under callgrind, instructions) per stage of one compile: every transition
-    between stages closes a segment, attributed to the stage that was open."""
-
-    def __init__(self, counter: Counter | None) -> None:
-        self.counter = counter
-        self.open: list[str] = []
-        self.seconds: dict[str, float] = {}
-        self.labels: list[str] = []  # the stage of each callgrind dump, in order
-        self._since = time.perf_counter()
-
-    def current(self) -> str:
-        return self.open[-1] if self.open else "other"
-
-    def close_segment(self) -> None:
-        now = time.perf_counter()
-        stage = self.current()
-        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._since
-        self._since = now
-        if self.counter is not None:
-            self.labels.append(stage)
-            self.counter.dump(stage)
-
-    def event(self, name: str, starting: bool) -> None:
-        stage = _STAGE_OF_EVENT.get(name)
-        if stage is None:
-            return
-        self.close_segment()
-        if starting:
-            self.open.append(stage)
-        elif stage in self.open:
-            del self.open[len(self.open) - 1 - self.open[::-1].index(stage)]
-
-
-@contextmanager
-def _watching(stages: _Stages) -> Iterator[None]:
-    """torch's chromium event logger, wrapped so that each compile phase's start and end reach
-    ``stages``; the logger is one object per process."""
-    logger: Any = torch._dynamo.utils.get_chromium_event_logger()
-    start, end = logger.log_event_start, logger.log_event_end
-
-    def on_start(event_name: str, *args: Any, **kwargs: Any) -> Any:
-        stages.event(event_name, True)
-        return start(event_name, *args, **kwargs)
-
-    def on_end(event_name: str, *args: Any, **kwargs: Any) -> Any:
-        out = end(event_name, *args, **kwargs)
-        stages.event(event_name, False)
-        return out
-
-    logger.log_event_start, logger.log_event_end = on_start, on_end
-    try:
-        yield
-    finally:
-        logger.log_event_start, logger.log_event_end = start, end
-
-
-def _fresh_state() -> None:
-    """Forget everything an earlier compile of this process left to reuse."""
-    import sympy.core.cache  # type: ignore[import-untyped]
-
-    torch._dynamo.reset()
-    sympy.core.cache.clear_cache()  # Inductor's shape reasoning warms it; a fresh process has it cold
-    gc.collect()
-
-
-@contextmanager
-def _no_gc() -> Iterator[None]:
-    """The collector off in the region: when it runs depends on what earlier code allocated and
-    its cost on the addresses of what it finds, noise in a count meant to see the compiler only."""
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-
-
-def cold_compile(spec: ProbeSpec, build: Callable[[], Workload], counter: Counter | None) -> CompileSample:
-    """One compile of a freshly built model on empty caches: torch.compile and the first step."""
-    from torch._inductor.utils import fresh_cache
-
-    wl, cfg = spec.workload, spec.compile
-    _fresh_state()
-    built = build()
-    model = steps.prepare(built.model, wl.train)
-    compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
-    step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
-    with fresh_cache(), _no_gc():
-        stages = _Stages(counter)
-        with _watching(stages):
-            if counter is not None:
-                counter.start()
-            start = stages._since = time.perf_counter()
-            step(*built.inputs)
-            steps.synchronize(spec.device)
-            stages.close_segment()
-            wall = time.perf_counter() - start
-        counts = counter.stop() if counter is not None else []
-    by_stage: dict[str, int] = {}
-    # Dumps come back in order; each is the count since the one before (the first since start).
-    for (_, n), stage in zip(counts, stages.labels, strict=False):
-        by_stage[stage] = by_stage.get(stage, 0) + n
-    return CompileSample(
-        wall_s=round(wall, 4),
-        stages_s={k: round(v, 4) for k, v in stages.seconds.items()},
-        instructions=sum(by_stage.values()) if counter is not None else None,
-        stage_instructions=by_stage,
-    )
 
 
 class CompileLatencyProbe:

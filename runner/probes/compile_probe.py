@@ -31,7 +31,7 @@ from perfcheck.runner.break_log import LoggedBreak
 from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
 from perfcheck.runner.locate import innermost_user_frame, to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
-from perfcheck.schema import CompileMetrics, GraphBreak, Recompile, SourceLocation
+from perfcheck.schema import CompileLatency, CompileMetrics, GraphBreak, Recompile, SourceLocation
 from perfcheck.spec import ProbeSpec
 
 _GUARD_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
@@ -141,6 +141,11 @@ class CompileProbe:
         tree = Path(spec.tree)
         cfg = spec.compile
 
+        if spec.device == "cpu":
+            # The timing workers run ATen on this many threads, and Inductor's C++ kernels are
+            # generated for the thread count they are compiled under: compiled under another, this
+            # probe's cold compile would fill a cache the timing processes cannot use.
+            torch.set_num_threads(spec.timing.cpu_threads)
         torch._dynamo.reset()
         counters.clear()
         guard_failures.clear()
@@ -195,6 +200,7 @@ class CompileProbe:
         torch._dynamo.reset()
 
         breaks = graph_breaks_of(explained, tree, logged)
+        latency = _cold_compiles(spec, build) if spec.latency is not None else None
         metrics = CompileMetrics(
             backend=cfg.backend,
             graph_count=explained.graph_count,
@@ -207,8 +213,21 @@ class CompileProbe:
             cold_compile_s=round(cold, 4),
             compile_breakdown_s=breakdown,
             op_count=explained.op_count,
+            latency=latency,
         )
         return ProbeOutput(metrics={"compile": metrics})
+
+
+def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLatency:
+    """Compile latency where no timing pairs run to measure it (runner/cold_compile.py): one
+    unmeasured cache-cold compile first, so that both sides measure after the same warm-up (head's
+    first compile may have read base's cache), then ``spec.latency.compiles`` measured ones."""
+    from perfcheck.runner.cold_compile import cold_compile
+
+    assert spec.latency is not None
+    cold_compile(spec, build, None)  # also starts Inductor's compile workers where it uses them
+    samples = [cold_compile(spec, build, None) for _ in range(spec.latency.compiles)]
+    return CompileLatency(measure="wall", samples=samples)
 
 
 @register("compile")

@@ -1,0 +1,127 @@
+"""The review's time budget: the plan made up front, what each step was expected to cost and cost,
+and what was cut or cheapened to fit. Imports no torch.
+
+A review answers inside ``review.time_budget_s``. The structural probes always run (each under its
+own time limit); the costly, optional parts are sized to what is left when they are reached:
+callgrind's counted compiles (else compile latency by wall clock), the compile-latency samples in
+the timing pairs, and the timing gate's further pairs. Nothing is dropped silently: a step that is
+cut says so in the progress log, in result.json (``costs``) and in the comment.
+
+Estimates before anything ran are priors, measured once on the machines docs/benchmarks.md names;
+from the workload's first probes on they come from this review's own figures.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from perfcheck.config import TimingConfig
+from perfcheck.schema import ReviewCosts, StepCost
+
+# A probe's cost before this review measured anything of the workload, per device: the demo's
+# classifier on the 2-core CPU, the built-in models on the H200 (docs/benchmarks.md).
+PRIOR_S = {
+    "cpu": {"compile": 15.0, "export": 2.0, "amp": 5.0, "custom_ops": 10.0, "profile": 15.0},
+    "cuda": {"compile": 60.0, "export": 15.0, "amp": 20.0, "custom_ops": 20.0, "profile": 40.0},
+}
+PRIOR_DISTRIBUTED_S = {"cpu": 60.0, "cuda": 120.0}  # ddp, fsdp: several variants under torchrun
+PRIOR_OTHER_S = 30.0  # a plugin's probe
+
+# A warm cache-cold compile against a process's first compile, measured: 3.2 of 11 s for the demo
+# on the CPU, ~6 of 35-40 s for ResNet-18 on the H200. Half is the cautious side of both.
+COLD_OF_FIRST = 0.5
+# Each timed pair besides its rounds: two warm-ups to steady state, lead-in steps, a device pass.
+PAIR_OVERHEAD_S = 3.0
+
+
+def prior(probe: str, device: str) -> float:
+    if probe in ("ddp", "fsdp"):
+        return PRIOR_DISTRIBUTED_S.get(device, PRIOR_DISTRIBUTED_S["cuda"])
+    return PRIOR_S.get(device, PRIOR_S["cuda"]).get(probe, PRIOR_OTHER_S)
+
+
+def timing_estimate_s(cfg: TimingConfig, setup_s: float, pairs: int) -> float:
+    """``pairs`` pairs of the timing gate: their processes set up ``setup_together`` pairs at a
+    time (each set up about as long as ``setup_s``), then timed one pair after the other."""
+    rounds_s = cfg.rounds * 2 * cfg.round_ms / 1000
+    batches = math.ceil(pairs / max(1, cfg.setup_together))
+    return batches * setup_s + pairs * (rounds_s + PAIR_OVERHEAD_S)
+
+
+def cold_compile_estimate_s(first_compile_s: float) -> float:
+    return COLD_OF_FIRST * first_compile_s
+
+
+@dataclass
+class Step:
+    """One planned step; ``done`` it once it ran."""
+
+    name: str
+    expected_s: float | None
+    clock: Callable[[], float] = time.monotonic
+    spent_s: float | None = None
+    note: str | None = None
+    started: float = field(default=0.0)
+
+    def __post_init__(self) -> None:
+        self.started = self.clock()
+
+    def done(self, note: str | None = None) -> None:
+        self.spent_s = round(self.clock() - self.started, 1)
+        self.note = note or self.note
+
+    def as_cost(self) -> StepCost:
+        expected = round(self.expected_s, 1) if self.expected_s is not None else None
+        return StepCost(step=self.name, expected_s=expected, spent_s=self.spent_s, note=self.note)
+
+
+class Budget:
+    """The clock and the books of one review (or shard). Safe to use from several threads."""
+
+    def __init__(self, total_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total_s = total_s
+        self.clock = clock
+        self.start = clock()
+        self.steps: list[Step] = []
+        self.cuts: list[str] = []
+        self._lock = threading.Lock()
+
+    def spent(self) -> float:
+        return self.clock() - self.start
+
+    def left(self) -> float:
+        return self.total_s - self.spent()
+
+    def deadline(self) -> float:
+        """The monotonic time by which the review is to be over."""
+        return self.start + self.total_s
+
+    def begin(self, name: str, expected_s: float | None) -> Step:
+        step = Step(name, expected_s, self.clock)
+        with self._lock:
+            self.steps.append(step)
+        return step
+
+    def skip(self, name: str, expected_s: float | None, why: str) -> None:
+        """A step that does not run, with why: in the steps and among the cuts."""
+        with self._lock:
+            self.steps.append(Step(name, expected_s, self.clock, note=why))
+            self.cuts.append(f"{name}: {why}")
+
+    def cut(self, what: str) -> None:
+        """A step cheapened to fit (fewer samples, another measure), said in words."""
+        with self._lock:
+            self.cuts.append(what)
+
+    def costs(self) -> ReviewCosts:
+        with self._lock:
+            return ReviewCosts(
+                budget_s=self.total_s,
+                spent_s=round(self.spent(), 1),
+                steps=[s.as_cost() for s in self.steps],
+                cuts=list(self.cuts),
+            )
