@@ -63,11 +63,12 @@ case "$1" in
   ttv)
     # Time to verdict (issue 28): each case one whole `perfcheck review` with the default config.
     for c in $2; do
-      timeout "${TIMEOUT:-560}" python3 bench/time_to_verdict.py "$c" --device cuda --jobs "${3:-4}" \
+      python3 bench/time_to_verdict.py "$c" --device cuda --jobs "${3:-4}" --timeout "${TIMEOUT:-540}" \
         --out "$OUT/ttv.json" --keep "$OUT/ttv"
       echo "ttv $c: exit code $?"
+      grep -h "^\[\|^plan\|Time:" "$OUT"/ttv/"$c"-*-progress.log | tail -40
     done
-    tar czf "$OUT/ttv.tgz" -C "$OUT" ttv && rm -rf "$OUT/ttv"
+    tar czf "$OUT/ttv.tgz" -C "$OUT" ttv
     ;;
   final)
     # One call for what the lease has left: GPU clocks and power sampled in the background, the

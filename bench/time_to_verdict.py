@@ -7,8 +7,8 @@
     python bench/time_to_verdict.py llama-aa --device cuda           # the same Llama, identical trees
 
 Each run is one process, start-up included, with the default settings but for what the case
-names (its workloads). ``--busy`` keeps one core busy the whole time with a process spinning on
-it, as another job on a shared CI machine would. The table gives the wall time, the exit code,
+names (its workloads). ``--busy`` keeps a process spinning the whole time, as another job on a
+shared CI machine would (one core's worth of load). The table gives the wall time, the exit code,
 the verdict, and where the time went by the review's own books (result.json ``costs``); ``--out``
 keeps every record as JSON (docs/data/time_to_verdict/).
 """
@@ -27,6 +27,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+# ``--budget S``: review.time_budget_s for the cases that write their config (suite, llama-*); by
+# default the config says nothing of it, as a user's does.
+BUDGET = (os.environ.get("TTV_BUDGET") and f"review: {{time_budget_s: {os.environ['TTV_BUDGET']}}}\n") or ""
 DEMO = REPO / "examples" / "demo"
 
 
@@ -39,7 +42,9 @@ def _llama_trees(root: Path, head_attention: str) -> tuple[Path, Path, Path]:
         tree.mkdir(parents=True)
         (tree / "models.py").write_text(text.replace('ATTENTION = "sdpa"', f'ATTENTION = "{attention}"'))
     config = root / "perfcheck.yml"
-    config.write_text("workloads:\n  - {name: llama, entry: models.py:llama, train: true, amp: bf16}\n")
+    config.write_text(
+        "workloads:\n  - {name: llama, entry: models.py:llama, train: true, amp: bf16}\n" + BUDGET
+    )
     return base, head, config
 
 
@@ -53,7 +58,8 @@ def case(name: str, root: Path) -> tuple[list[str], str]:
     if name == "suite":
         tree = root / "tree"
         tree.mkdir()
-        config = REPO / "bench" / "gpu-suite.yml"
+        config = root / "gpu-suite.yml"
+        config.write_text((REPO / "bench" / "gpu-suite.yml").read_text() + BUDGET)
         return ["--base", str(tree), "--head", str(tree), "--config", str(config)], "bench/gpu-suite.yml, A/A"
     if name in ("llama-switch", "llama-aa"):
         base, head, config = _llama_trees(root, "eager" if name == "llama-switch" else "sdpa")
@@ -70,14 +76,19 @@ def case(name: str, root: Path) -> tuple[list[str], str]:
 
 
 def _spinner() -> subprocess.Popen[bytes]:
-    """A process spinning on the machine's last core: another job's load."""
-    last = max(os.sched_getaffinity(0))
-    code = f"import os\nos.sched_setaffinity(0, {{{last}}})\nwhile True:\n    pass\n"
-    return subprocess.Popen([sys.executable, "-c", code])
+    """Another job's load: one process spinning, placed by the scheduler as any job on a shared
+    machine is (not pinned: pinned to the core the timing workers share, it would halve their
+    time, a neighbour no scheduler would leave there)."""
+    return subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"])
 
 
 def run_once(
-    name: str, device: str, jobs: int | None, busy: bool, keep: Path | None = None
+    name: str,
+    device: str,
+    jobs: int | None,
+    busy: bool,
+    keep: Path | None = None,
+    timeout: float | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ttv-") as tmp:
         root = Path(tmp)
@@ -88,22 +99,33 @@ def run_once(
             command += ["--jobs", str(jobs)]
         env = {k: v for k, v in os.environ.items() if k != "PERFCHECK_COMPILE_CACHE"}
         spinner = _spinner() if busy else None
+        stamp = time.strftime("%H%M%S")
+        # The progress log goes to a file as it is written: a review stopped at ``timeout`` still
+        # says where its time went.
+        log = (keep or root) / f"{name}-{stamp}-progress.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
-        finally:
-            if spinner is not None:
-                spinner.kill()
-                spinner.wait()
+        with log.open("w") as err:
+            proc = subprocess.Popen(
+                command, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True
+            )
+            try:
+                code = proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, 9)
+                proc.wait()
+                code = 124
+            finally:
+                if spinner is not None:
+                    spinner.kill()
+                    spinner.wait()
         wall = time.monotonic() - start
+        stderr = log.read_text(errors="replace")
         result = json.loads((out / "result.json").read_text()) if (out / "result.json").is_file() else {}
-        progress = [ln for ln in done.stderr.splitlines() if ln.startswith(("[", "plan:"))]
+        progress = [ln for ln in stderr.splitlines() if ln.startswith(("[", "plan:"))]
         comment = (out / "comment.md").read_text() if (out / "comment.md").is_file() else ""
         if keep is not None and result:
-            keep.mkdir(parents=True, exist_ok=True)
-            stamp = time.strftime("%H%M%S")
             shutil.copyfile(out / "result.json", keep / f"{name}-{stamp}-result.json")
-            (keep / f"{name}-{stamp}-progress.log").write_text(done.stderr)
         shutil.rmtree(out, ignore_errors=True)
     return {
         "case": name,
@@ -111,13 +133,13 @@ def run_once(
         "device": device,
         "busy": busy,
         "wall_s": round(wall, 1),
-        "exit": done.returncode,
+        "exit": code,
         "verdict": result.get("verdict"),
         "summary": result.get("summary"),
         "costs": result.get("costs"),
         "progress": progress,
         "table": [ln for ln in comment.splitlines() if ln.startswith("|")],
-        "stderr_tail": done.stderr.splitlines()[-5:],
+        "stderr_tail": stderr.splitlines()[-5:],
     }
 
 
@@ -142,10 +164,11 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="append the records to this JSON file")
     parser.add_argument("--keep", type=Path, default=None, help="copy each run's result.json and log here")
+    parser.add_argument("--timeout", type=float, default=None, help="stop a review after this many seconds")
     args = parser.parse_args()
     records = []
     for i in range(args.repeat):
-        record = run_once(args.case, args.device, args.jobs, args.busy, args.keep)
+        record = run_once(args.case, args.device, args.jobs, args.busy, args.keep, args.timeout)
         records.append(record)
         print(
             f"{args.case} run {i + 1}: {record['wall_s']} s, exit {record['exit']}, {record['verdict']} "

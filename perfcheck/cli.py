@@ -363,8 +363,9 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--jobs",
         type=positive,
-        default=1,
-        help="per-side probes to run at once (default 1; timing always runs alone)",
+        default=None,
+        help="per-side probes to run at once (default: 1 on a CPU, half the cores up to 8 with "
+        "--device cuda; timing always runs alone)",
     )
 
 

@@ -131,6 +131,12 @@ class CompileConfig(_Section):
         "(only the compile probe's own first compile, against budgets.compile_latency_s)",
     )
     runs: int = Field(default=3, ge=2, le=20, description="cache-cold compiles measured per side")
+    rebuild_kernels: bool = Field(
+        default=False,
+        description="each measured compile also builds every kernel anew (gcc, Triton) on empty caches; "
+        "off, kernels whose source is cached are read, so the figure is Dynamo, AOTAutograd and "
+        "Inductor's own work (ten times cheaper on the H200)",
+    )
     callgrind_budget_s: float = Field(
         default=120.0,
         gt=0,

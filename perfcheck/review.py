@@ -8,6 +8,7 @@ shard missing or repeated), compares, and writes result.json and comment.md.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import subprocess
@@ -58,7 +59,7 @@ class ReviewRequest:
     base_python: str | None = None
     head_python: str | None = None
     template_dir: Path | None = None
-    jobs: int = 1
+    jobs: int | None = None  # None: default_jobs(device)
     shard: Shard = field(default_factory=lambda: Shard(index=1, count=1))
     head_sha: str | None = None  # the commit the plan pinned, which the head tree must be
     config_origin: str = "given"  # a ConfigOrigin: where ``config`` came from
@@ -117,6 +118,15 @@ def check_tree(path: Path, flag: str) -> Path:
     if not path.is_dir():
         raise UsageError(f"{flag} {path}: not a directory")
     return path.resolve()
+
+
+def default_jobs(device: str) -> int:
+    """Per-side probes at once where ``--jobs`` does not say: one on a CPU, where every core is
+    the probes' own (timing and compile latency included); on a GPU runner half the cores, up to
+    eight, since the GPU idles while they compile (each gets its share of the compile workers)."""
+    if device != "cuda":
+        return 1
+    return max(1, min(8, len(os.sched_getaffinity(0)) // 2))
 
 
 def shard_of(workloads: list[WorkloadConfig], shard: Shard) -> list[WorkloadConfig]:
@@ -198,7 +208,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
                 workloads=mine,
                 probes=probes,
                 out_dir=request.out_dir,
-                jobs=request.jobs,
+                jobs=request.jobs or default_jobs(request.device),
             ),
             forks=forks,
             budget=budget,

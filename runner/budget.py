@@ -31,9 +31,11 @@ PRIOR_S = {
 PRIOR_DISTRIBUTED_S = {"cpu": 60.0, "cuda": 120.0}  # ddp, fsdp: several variants under torchrun
 PRIOR_OTHER_S = 30.0  # a plugin's probe
 
-# A warm cache-cold compile against a process's first compile, measured: 3.2 of 11 s for the demo
-# on the CPU, ~6 of 35-40 s for ResNet-18 on the H200. Half is the cautious side of both.
-COLD_OF_FIRST = 0.5
+# A compile-latency sample against a process's first compile, measured. With the kernels read
+# from their cache (the default): 0.6 of 15 s for the demo on the 2-core CPU. With every kernel
+# built anew (compile.rebuild_kernels): 3.2-5 of 11-15 s on the CPU, 30-40 of 37 s for ResNet-50's
+# training step on the H200. The cautious side of each.
+COLD_OF_FIRST = {False: 0.3, True: 1.0}
 # Each timed pair besides its rounds: two warm-ups to steady state, lead-in steps, a device pass.
 PAIR_OVERHEAD_S = 3.0
 
@@ -52,8 +54,17 @@ def timing_estimate_s(cfg: TimingConfig, setup_s: float, pairs: int) -> float:
     return batches * setup_s + pairs * (rounds_s + PAIR_OVERHEAD_S)
 
 
-def cold_compile_estimate_s(first_compile_s: float) -> float:
-    return COLD_OF_FIRST * first_compile_s
+def cold_compile_estimate_s(first_compile_s: float, rebuild_kernels: bool = False) -> float:
+    return COLD_OF_FIRST[rebuild_kernels] * first_compile_s
+
+
+def latency_estimate_s(
+    first_compile_s: float, pairs: int, cores: int, rebuild_kernels: bool = False
+) -> float:
+    """``pairs`` pairs of compile-latency samples in the timing workers: both sides of a pair at
+    once, as many pairs at once as there are cores for two processes each."""
+    at_once = max(1, cores // 2)
+    return math.ceil(pairs / at_once) * cold_compile_estimate_s(first_compile_s, rebuild_kernels)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper
-from perfcheck.runner.budget import Budget, cold_compile_estimate_s, prior, timing_estimate_s
+from perfcheck.runner.budget import Budget, latency_estimate_s, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.schema import (
     CompileLatency,
@@ -380,10 +380,10 @@ class _Review:
         reaper.become_subreaper()  # so that no process a probe starts outlives it
         workdir.mkdir(parents=True, exist_ok=True)
         self.progress.say(plan_line(run, self.wanted, self.latency_at, self.budget.total_s))
-        # Per-side probes, base's compile probes first: head's compile of a workload starts from a
-        # copy of base's compile cache (``_compile_cache``). With jobs > 1 they overlap (structure
-        # does not depend on timing). Timing runs alone, both sides at once in alternating rounds,
-        # after everything else has finished.
+        # Per-side probes, base's compile probes first: with one at a time, head's compile of a
+        # workload starts from a copy of base's compile cache (``_compile_cache``). With jobs > 1
+        # they overlap (structure does not depend on timing). Timing runs alone, both sides at
+        # once in alternating rounds, after everything else has finished.
         first = [i for i in self.single if i[1] == "compile" and i[2].side == "base"]
         order = first + [i for i in self.single if i not in first]
         with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
@@ -418,17 +418,26 @@ class _Review:
     def _one(self, item: Item) -> ProbeResult:
         wl, probe, side = item
         label = f"{side.side} · {wl.name} · {probe}"
-        step = self.budget.begin(label, self._expected(wl, probe, side.side))
-        task = self.progress.begin(label)
         cache, from_base = None, False
         if probe == "compile":
-            # Its cold compile fills the cache the timing probe's processes of this side start from.
+            # Its cold compile fills the cache the timing probe's processes of this side start from;
+            # head's waits here for base's (its cost starts after).
             cache, from_base = self._compile_cache(wl, side.side)
+        step = self.budget.begin(label, self._expected(wl, probe, side.side))
+        task = self.progress.begin(label)
         spec = probe_spec(self.run_, wl, probe, side)
         if probe == "compile" and self.latency_at[wl.name] == "compile probe":
             plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
             spec = spec.model_copy(update={"latency": plan})
-        result = run_probe(spec, side.python, wl.timeout_s, self.workdir, cache, forks=self.forks)
+        result = run_probe(
+            spec,
+            side.python,
+            wl.timeout_s,
+            self.workdir,
+            cache,
+            extra_env=self._compile_threads(),
+            forks=self.forks,
+        )
         if from_base and result.compile is not None:
             result = result.model_copy(
                 update={"compile": result.compile.model_copy(update={"from_base_cache": True})}
@@ -436,6 +445,16 @@ class _Review:
         step.done()
         task.finish(_outcome(result))
         return result
+
+    def _compile_threads(self) -> dict[str, str]:
+        """With several probes at once on a GPU runner, each gets its share of Triton's compile
+        workers (at least four): four compile probes with a pool the size of the machine each started
+        64 workers,
+        each importing torch, on 16 cores."""
+        run = self.run_
+        if run.jobs <= 1 or run.device != "cuda" or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+            return {}
+        return {"TORCHINDUCTOR_COMPILE_THREADS": str(max(4, len(os.sched_getaffinity(0)) // run.jobs))}
 
     def _expected(self, wl: WorkloadConfig, probe: str, side: str) -> float:
         """A per-side probe's expected cost: base's own where it ran already, else the prior."""
@@ -548,7 +567,7 @@ class _Review:
             self.progress.say(f"{label}: {why}")
             return collected + _skipped(run, wl, probe, why)
         latency_pairs = self._latency_pairs(wl, collected, expected)
-        cost = expected + latency_pairs * 2 * self._cold_estimate(wl, collected)
+        cost = expected + (self._latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0)
         step = budget.begin(label, cost)
         task = self.progress.begin(label)
 
@@ -585,10 +604,11 @@ class _Review:
             )
         return out
 
-    def _cold_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult]) -> float:
+    def _latency_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int) -> float:
         compiled = _compiled_both(collected, wl.name)
         first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
-        return cold_compile_estimate_s(first)
+        cores = len(os.sched_getaffinity(0))
+        return latency_estimate_s(first, pairs, cores, self.run_.config.compile.rebuild_kernels)
 
     def _latency_pairs(self, wl: WorkloadConfig, collected: list[ProbeResult], timing_s: float) -> int:
         """How many of the timing pairs also make the compile-latency samples: ``compile.runs``, or
@@ -597,19 +617,22 @@ class _Review:
         if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
             return 0
         runs = self.run_.config.compile.runs
-        each = 2 * self._cold_estimate(wl, collected)
-        affordable = int((self.budget.left() - timing_s) // each) if each > 0 else runs
+        left = self.budget.left() - timing_s
+        affordable = next(
+            (n for n in range(runs, 1, -1) if self._latency_estimate(wl, collected, n) <= left), 0
+        )
         if affordable >= runs:
             return runs
         what = f"{wl.name}: compile latency"
         if affordable >= 2:
             self.budget.cut(
-                f"{what}: {affordable} cache-cold compiles per side instead of {runs} (about {each:.0f} s a "
-                f"pair), to fit review.time_budget_s"
+                f"{what}: {affordable} cache-cold compiles per side instead of {runs}, to fit "
+                "review.time_budget_s"
             )
             return affordable
+        cost = self._latency_estimate(wl, collected, runs)
         why = (
-            f"not measured: {runs} pairs of cache-cold compiles would take about {runs * each:.0f} s, more "
+            f"not measured: {runs} pairs of cache-cold compiles would take about {cost:.0f} s, more "
             f"than the review's time budget leaves"
         )
         self.budget.cut(f"{what}: {why}")
@@ -632,7 +655,16 @@ def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | Non
 
 
 def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig) -> bool:
-    return run.base.python == run.head.python and wl.name not in run.config.budgets.compile_latency_s
+    """Whether head's compile probe waits for base's and starts from a copy of its cache: where
+    probes run one at a time (--jobs 1, a CPU's default), waiting costs nothing and what both sides
+    compile alike is compiled once. With several at once (a GPU runner's default) the sides
+    compile at the same time instead, on cores that would idle: measured on the H200, a Llama
+    review's head waited 39 s for base and then compiled its changed attention for 59 s anyway."""
+    return (
+        run.jobs <= 1
+        and run.base.python == run.head.python
+        and wl.name not in run.config.budgets.compile_latency_s
+    )
 
 
 def _compiled_both(results: list[ProbeResult], workload: str) -> dict[str, CompileMetrics] | None:

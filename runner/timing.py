@@ -92,7 +92,7 @@ class TimingWorker:
         self.proc: subprocess.Popen[bytes] | None = None
         self.child: forkserver.Child | None = None
         env = probe_env(cache)
-        if spec.latency is not None and spec.device == "cuda":
+        if spec.latency is not None and spec.device == "cuda" and spec.compile.rebuild_kernels:
             # Its cache-cold compile uses a small pool of Triton compile workers, started as it sets
             # up: six processes of a first look with a pool each the size of the machine would
             # import torch a hundred times at once.
@@ -356,11 +356,11 @@ def run_pairs(
                 if isinstance(setup.get("began"), float):  # the same monotonic clock
                     imports = max(0.0, setup["began"] - pair.workers[side].started)
                     pair.records[side].phases_s["imports"] = round(imports, 3)
-        out = []
         for pair in pairs:
             _measure(pair, specs, cpu, conditions)
-            if pair.index < latency_pairs:
-                _cold_compiles(pair, specs["head"].workload.timeout_s)
+        _cold_compiles([p for p in pairs if p.index < latency_pairs], specs["head"].workload.timeout_s)
+        out = []
+        for pair in pairs:
             for worker in pair.workers.values():
                 worker.close()
             out.append(pair.records)
@@ -410,22 +410,36 @@ def _measure(
         records[side].spend("finish", since)
 
 
-def _cold_compiles(pair: _Pair, timeout: float) -> None:
-    """Each worker of the pair, in the pair's order, compiles the workload once more on empty
-    caches (runner/cold_compile.py): the pairs alternate who goes first, as in the rounds. A
-    failure costs that side's sample only; the pair's timing is measured already."""
-    for side in pair.order:
-        record = pair.records[side]
-        since = time.monotonic()
-        try:
-            with _blaming(side):
-                answer = pair.workers[side].ask("latency", timeout)
-            record.spend("latency", since)
-            record.latency = CompileSample.model_validate(answer.get("sample"))
-        except WorkerFailed as err:
-            record.latency_failure = f"{err.status}: {(str(err).strip().splitlines() or [''])[0][:300]}"
-        except ValidationError as err:
-            record.latency_failure = f"an invalid sample: {err.errors()[0]['msg']}"
+def _cold_compiles(pairs: Sequence[_Pair], timeout: float) -> None:
+    """Each worker of these pairs compiles the workload once more with the compiler's caches off
+    (runner/cold_compile.py), once every pair is timed: as many pairs at once as the machine has
+    cores for (each compile keeps to one thread), both sides of a pair always together, so that
+    whatever else the machine does hits both sides of a pair alike. A failure costs that side's
+    sample only; the pair's timing is measured already."""
+    at_once = max(1, len(os.sched_getaffinity(0)) // 2)
+    for first in range(0, len(pairs), at_once):
+        batch = [(pair, side) for pair in pairs[first : first + at_once] for side in pair.order]
+        asked = []
+        for pair, side in batch:
+            try:
+                pair.workers[side].send("latency")
+                asked.append((pair, side, time.monotonic()))
+            except WorkerFailed as err:
+                _latency_failed(pair.records[side], err)
+        for pair, side, since in asked:
+            record = pair.records[side]
+            try:
+                answer = pair.workers[side].receive(timeout)
+                record.spend("latency", since)
+                record.latency = CompileSample.model_validate(answer.get("sample"))
+            except WorkerFailed as err:
+                _latency_failed(record, err)
+            except ValidationError as err:
+                record.latency_failure = f"an invalid sample: {err.errors()[0]['msg']}"
+
+
+def _latency_failed(record: SideRecord, err: WorkerFailed) -> None:
+    record.latency_failure = f"{err.status}: {(str(err).strip().splitlines() or [''])[0][:300]}"
 
 
 def steps_per_round(round_ms: float, settled_ms: Sequence[float]) -> int:

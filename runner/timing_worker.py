@@ -158,8 +158,15 @@ class Session:
         self.cores = os.sched_getaffinity(0)  # before warm-up pins every thread to one of them
 
     def _compile_workers(self) -> bool:
-        """Whether this worker's cache-cold compile wants Inductor's Triton compile workers."""
-        return self.spec.latency is not None and self.cuda and self.spec.compile.backend == "inductor"
+        """Whether this worker's cache-cold compile wants Inductor's Triton compile workers: only
+        where it builds every kernel anew (``compile.rebuild_kernels``), on a GPU."""
+        spec = self.spec
+        return (
+            spec.latency is not None
+            and self.cuda
+            and spec.compile.backend == "inductor"
+            and spec.compile.rebuild_kernels
+        )
 
     def setup(self) -> dict[str, Any]:
         spec, cfg, wl = self.spec, self.spec.timing, self.spec.workload
