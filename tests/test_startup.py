@@ -3,24 +3,33 @@
 not pydantic, YAML, Jinja, the GitHub client or torch. The tests check which modules a fresh
 process loads, never how long it takes (bench/startup.py and bench/trace_vs_hta.py
 --whole-process time it; docs/benchmarks.md has the figures). And what the lazy paths build
-instead must be what the heavy ones built: the full parser's help.
+instead must be what the heavy ones built: the full parser's help, pydantic's JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
+import random
+import struct
 import subprocess
 import sys
 from pathlib import Path
 
+import pydantic_core
 import pytest
 
+from perfcheck import trace_cli
 from perfcheck.cli import _PARSERS, COMMANDS, build_parser, main
+from perfcheck.core.trace import by_hta_short_name, summarize
+from perfcheck.schema import SCHEMA_VERSION, TraceDiffDoc, TraceSummaryDoc
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "h200-device-pass.trace.json.gz"  # 129 timed events
 FP32 = DATA / "h200-mlp-fp32.pt.trace.json.gz"
 BF16 = DATA / "h200-mlp-bf16.pt.trace.json.gz"
+TRACES = (SMALL, FP32, BF16)
 
 # What none of the fast commands may load: each costs more than a small trace's whole analysis.
 HEAVY = (
@@ -68,8 +77,10 @@ def heavy(modules: set[str]) -> list[str]:
         ["trace", "--help"],
         ["trace", "summary", "--help"],
         ["trace", "summary", str(SMALL)],
+        ["trace", "summary", str(SMALL), "--json"],
         ["trace", "summary", str(FP32), "--short-names", "--steps", "all"],
         ["trace", "diff", str(FP32), str(BF16)],
+        ["trace", "diff", str(FP32), str(BF16), "--short-names", "--json"],
     ],
     ids=" ".join,
 )
@@ -141,3 +152,65 @@ def test_main_builds_the_command_it_runs(capsys: pytest.CaptureFixture[str]) -> 
     assert exit_info.value.code == 0
     full = _choices(_choices(build_parser()).choices["trace"]).choices["summary"]
     assert capsys.readouterr().out == full.format_help()
+
+
+# -- `trace --json` without pydantic: pydantic's text, to the character ----------------------------
+
+
+def _pydantic_summary(path: Path, doc: dict[str, object]) -> str:
+    return TraceSummaryDoc.model_validate(doc).model_dump_json(indent=1)
+
+
+@pytest.mark.parametrize("path", TRACES, ids=lambda p: p.name)
+def test_summary_json_is_what_pydantic_writes(path: Path) -> None:
+    for s in (summarize(path), summarize(path, hta_rounding=True), by_hta_short_name(summarize(path))):
+        doc = trace_cli.summary_document(path, s)
+        assert trace_cli.dumps(doc) == _pydantic_summary(path, doc)
+    assert doc["schema_version"] == SCHEMA_VERSION == trace_cli.SCHEMA_VERSION
+
+
+def test_diff_json_is_what_pydantic_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv in (["--steps", "all"], ["--short-names"], ["--hta-rounding", "--base-steps", "1"]):
+        assert main(["trace", "diff", str(FP32), str(BF16), "--json", *argv]) == 0
+        printed = capsys.readouterr().out
+        assert printed == TraceDiffDoc.model_validate_json(printed).model_dump_json(indent=1) + "\n"
+
+
+def test_every_field_of_the_documents_is_written_in_the_models_order() -> None:
+    s = summarize(FP32)
+    summary = trace_cli.summary_document(FP32, s)
+    assert list(summary) == list(TraceSummaryDoc.model_fields)
+    diff = trace_cli.diff_document(FP32, BF16, s, summarize(BF16))
+    assert list(diff) == list(TraceDiffDoc.model_fields)
+
+
+def _random_floats(n: int) -> list[float]:
+    rng = random.Random(28)
+    out = [0.0, -0.0, 1e-5, -1.5e-5, 9.99e-5, 1e-4, 1e-6, 1e15, 1e16, -1e16, 1.7976931348623157e308, 5e-324]
+    while len(out) < n:
+        bits = struct.unpack("d", struct.pack("Q", rng.getrandbits(64)))[0]
+        if math.isfinite(bits):
+            out.append(bits)
+        out.append(rng.uniform(-1, 1) * 10 ** rng.randint(-30, 30))
+    return out
+
+
+def test_floats_are_written_as_pydantic_writes_them() -> None:
+    for x in _random_floats(50_000):
+        assert trace_cli.dumps({"x": [x]}) == pydantic_core.to_json({"x": [x]}, indent=1).decode(), x
+
+
+def test_strings_are_escaped_as_pydantic_escapes_them() -> None:
+    text = "".join(map(chr, range(0x80))) + 'é ‒ \u2028 "q" \\ 日本 🙂'
+    doc = {"name": text, "ops": [], "none": None, "yes": True, "n": 3, "nested": {"a": [{}]}}
+    assert trace_cli.dumps(doc) == pydantic_core.to_json(doc, indent=1).decode()
+    assert json.loads(trace_cli.dumps(doc)) == doc
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_time_that_is_no_number_is_refused_as_the_schema_refuses_it(bad: float) -> None:
+    with pytest.raises(ValueError, match="not a finite number"):
+        trace_cli._float(bad)
+    doc = trace_cli.summary_document(SMALL, summarize(SMALL))
+    with pytest.raises(ValueError):  # pydantic's ValidationError, which the old --json raised
+        TraceSummaryDoc.model_validate({**doc, "comm_overlap_pct": bad})
