@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import sys
@@ -226,6 +225,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
     from perfcheck.schema import json_schema
 
     print(json.dumps(json_schema(args.document), indent=2))
