@@ -387,9 +387,15 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
-    """The command line. With ``command``, only that subcommand's parser is built in full (any
-    other name, or none: none is): the rest are listed by name and their line of ``COMMANDS``,
-    which is all that ``perfcheck --help`` and argparse's errors show of them."""
+    """The command line: every subcommand's parser, or, given ``command``, that one's alone (none
+    for a string that names no command). The rest are listed by name and their line of
+    ``COMMANDS``, all that ``perfcheck --help`` and argparse's errors show of them."""
+    if command in COMMANDS and command != "trace":
+        # Every command but trace reads findings (a result, an ack, a slash command, the
+        # root-cause matrix), whose vocabulary the probe registry completes as it loads (the
+        # fsdp probe's categories and matrix entries): load it first, as building the review's
+        # parser for every command used to.
+        from perfcheck.core import probes  # noqa: F401
     parser = argparse.ArgumentParser(
         prog="perfcheck",
         description="Performance and IR review of changes to PyTorch compiler paths.",

@@ -111,6 +111,28 @@ def test_a_trace_error_is_still_bad_input_on_the_fast_path(tmp_path: Path) -> No
     assert heavy(modules) == []
 
 
+@pytest.mark.parametrize("command", [c for c in COMMANDS if c != "trace"])
+def test_every_other_command_knows_every_probes_finding_categories(command: str) -> None:
+    """The fsdp probe's categories exist once the probe registry is loaded: each command but trace
+    loads it before it runs (a result with such a finding must validate in html, history, render)."""
+    probe = (
+        "import sys; from perfcheck.cli import build_parser; from perfcheck.schema import categories; "
+        "build_parser(sys.argv[1]); print(' '.join(categories()))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, command], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert {"graph_reuse_lost", "dtensor_layout_changed", "fsdp_overlap_drop"} <= set(done.stdout.split())
+
+
+def test_the_schema_of_a_result_lists_every_probes_categories() -> None:
+    done, _ = imported("schema", "result")
+    assert done.returncode == 0, done.stderr[-2000:]
+    enum = json.loads(done.stdout)["$defs"]["Finding"]["properties"]["category"]["enum"]
+    assert "graph_reuse_lost" in enum and "environment_mismatch" in enum
+
+
 # -- the help a lazy parser builds is the full parser's -------------------------------------------
 
 
