@@ -4,26 +4,40 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
-import secrets
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from perfcheck import __version__
 from perfcheck.argtypes import positive
-from perfcheck.bisect_cli import add_bisect_parser
-from perfcheck.config import default_probes, probe_names
-from perfcheck.history_cli import add_history_parser
-from perfcheck.report_cli import add_html_parser
-from perfcheck.sweep_cli import add_sweep_parser
-from perfcheck.trace_cli import add_trace_parser
 
 EXIT_BAD_INPUT = 2
 EXIT_GITHUB = 1  # publish/plan: GitHub refused or could not be reached, after retries
+
+# Every subcommand, in the order `perfcheck --help` lists them, with the line it shows there.
+# Only the command being run has its parser built in full, and only its module imported (the
+# review's needs the config and every probe; bisect's, sweep's and history's their own code):
+# the others are listed by name and this line, all that `perfcheck --help` shows of them. The
+# lines of the commands other modules define are theirs, copied; tests/test_startup.py holds
+# each to its module's.
+COMMANDS: dict[str, str] = {
+    "review": "probe a base and a head tree side by side and write the review",
+    "probe": "run the probes only (the part that runs PR code) and write probes.json",
+    "report": "merge probes.json shards, compare, and write the review",
+    "schema": "print the JSON Schema of result.json",
+    "plan": "decide from a GitHub event whether and what to review",
+    "publish": "post a review: the sticky PR comment and the check run with annotations",
+    "serve": "run as a GitHub App: receive webhooks and answer them",
+    "render": "render the comment from a result.json",
+    "trace": "summarise or diff PyTorch profiler (Kineto) traces",
+    "history": "trends of a metric over recorded reviews; `history record` stores a result",
+    "html": "render a result.json as one self-contained HTML report",
+    "sweep": "time one workload across compile settings and show the Pareto front",
+    "bisect": "find the first commit of a range that introduced each finding",
+}
 
 
 def _csv(value: str) -> tuple[str, ...]:
@@ -211,6 +225,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
+    import json
+
     from perfcheck.schema import json_schema
 
     print(json.dumps(json_schema(args.document), indent=2))
@@ -327,6 +343,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _probe_arguments(parser: argparse.ArgumentParser) -> None:
+    from perfcheck.config import default_probes, probe_names
+
     parser.add_argument(
         "--base", type=Path, required=True, help="the base tree (e.g. the merge base checkout)"
     )
@@ -369,7 +387,16 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line: every subcommand's parser, or, given ``command``, that one's alone (none
+    for a string that names no command). The rest are listed by name and their line of
+    ``COMMANDS``, all that ``perfcheck --help`` and argparse's errors show of them."""
+    if command in COMMANDS and command != "trace":
+        # Every command but trace reads findings (a result, an ack, a slash command, the
+        # root-cause matrix), whose vocabulary the probe registry completes as it loads (the
+        # fsdp probe's categories and matrix entries): load it first, as building the review's
+        # parser for every command used to.
+        from perfcheck.core import probes  # noqa: F401
     parser = argparse.ArgumentParser(
         prog="perfcheck",
         description="Performance and IR review of changes to PyTorch compiler paths.",
@@ -377,26 +404,54 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"perfcheck {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _add_review_parser(sub)
-    _add_probe_parser(sub)
-    _add_report_parser(sub)
-    _add_schema_parser(sub)
-    _add_plan_parser(sub)
-    _add_publish_parser(sub)
-    _add_serve_parser(sub)
-    _add_render_parser(sub)
-    add_trace_parser(sub)
-    add_history_parser(sub)
-    add_html_parser(sub)
-    add_sweep_parser(sub)
-    add_bisect_parser(sub, _names)
+    for name, add in _PARSERS.items():
+        if command is None or command == name:
+            add(sub)
+        else:
+            sub.add_parser(name, help=COMMANDS[name])
     return parser
+
+
+def _command_of(argv: Sequence[str]) -> str:
+    """The subcommand an argument list runs: its first argument that is no option (the top level
+    takes none with a value)."""
+    return next((a for a in argv if not a.startswith("-")), "")
+
+
+def _add_trace_parser(sub: Any) -> None:
+    from perfcheck.trace_cli import add_trace_parser
+
+    add_trace_parser(sub)
+
+
+def _add_history_parser(sub: Any) -> None:
+    from perfcheck.history_cli import add_history_parser
+
+    add_history_parser(sub)
+
+
+def _add_html_parser(sub: Any) -> None:
+    from perfcheck.report_cli import add_html_parser
+
+    add_html_parser(sub)
+
+
+def _add_sweep_parser(sub: Any) -> None:
+    from perfcheck.sweep_cli import add_sweep_parser
+
+    add_sweep_parser(sub)
+
+
+def _add_bisect_parser(sub: Any) -> None:
+    from perfcheck.bisect_cli import add_bisect_parser
+
+    add_bisect_parser(sub, _names)
 
 
 def _add_review_parser(sub: Any) -> None:
     review = sub.add_parser(
         "review",
-        help="probe a base and a head tree side by side and write the review",
+        help=COMMANDS["review"],
         description="Run the probes on --base and --head, compare them and print the review comment. "
         "Writes OUT/result.json (the contract, see `perfcheck schema`) and OUT/comment.md. "
         "The same as `perfcheck probe` followed by `perfcheck report`.",
@@ -412,7 +467,7 @@ def _add_review_parser(sub: Any) -> None:
 def _add_probe_parser(sub: Any) -> None:
     probe = sub.add_parser(
         "probe",
-        help="run the probes only (the part that runs PR code) and write probes.json",
+        help=COMMANDS["probe"],
         description="Run this shard's probes on --base and --head and write OUT/probes.json, raw "
         "measurements for `perfcheck report`. On a fleet, give each runner --shard I/N.",
         epilog="Exit codes: 0 probed (findings are decided by `report`; a bisection that cannot run "
@@ -448,7 +503,7 @@ def _add_probe_parser(sub: Any) -> None:
 def _add_report_parser(sub: Any) -> None:
     report = sub.add_parser(
         "report",
-        help="merge probes.json shards, compare, and write the review",
+        help=COMMANDS["report"],
         description="Validate probe results as untrusted data, merge the shards (refusing a set with a "
         "shard missing or repeated), compare base and head, and write OUT/result.json and OUT/comment.md. "
         "Needs no torch.",
@@ -486,7 +541,7 @@ def _add_report_parser(sub: Any) -> None:
 def _add_schema_parser(sub: Any) -> None:
     schema = sub.add_parser(
         "schema",
-        help="print the JSON Schema of result.json",
+        help=COMMANDS["schema"],
         description="Print the JSON Schema of one of perfcheck's documents: the review result "
         "(result.json, the default), a probe run (probes.json), or what `perfcheck trace summary "
         "--json` and `trace diff --json` print.",
@@ -505,7 +560,7 @@ def _add_schema_parser(sub: Any) -> None:
 def _add_plan_parser(sub: Any) -> None:
     plan = sub.add_parser(
         "plan",
-        help="decide from a GitHub event whether and what to review",
+        help=COMMANDS["plan"],
         description="Validate a webhook payload and print the plan as JSON: run or skip, why, which commits. "
         "Inside Actions it also writes step outputs. With GITHUB_TOKEN set it asks the API what the "
         "decision needs (changed files, the commenter's permission, the PR's head commit); without one "
@@ -532,7 +587,7 @@ def _add_plan_parser(sub: Any) -> None:
 def _add_publish_parser(sub: Any) -> None:
     publish = sub.add_parser(
         "publish",
-        help="post a review: the sticky PR comment and the check run with annotations",
+        help=COMMANDS["publish"],
         description="Post what `perfcheck review` wrote in REPORT: the PR comment (updated in place; a new "
         "one when the verdict flips), the check run (conclusion, summary, annotations at the findings' "
         "lines) and, inside Actions, the job summary. result.json is validated as untrusted data and "
@@ -569,7 +624,7 @@ def _add_publish_parser(sub: Any) -> None:
 def _add_serve_parser(sub: Any) -> None:
     serve = sub.add_parser(
         "serve",
-        help="run as a GitHub App: receive webhooks and answer them",
+        help=COMMANDS["serve"],
         description="Serve the GitHub App's webhook endpoint (WSGI; `perfcheck.bot.webhook.WebhookApp` can "
         "also be hosted by any WSGI server). Verifies X-Hub-Signature-256, drops repeated deliveries, "
         "answers at once and works in the background: reacts to `/perfcheck`, sets the check run and "
@@ -586,7 +641,7 @@ def _add_serve_parser(sub: Any) -> None:
 def _add_render_parser(sub: Any) -> None:
     render = sub.add_parser(
         "render",
-        help="render the comment from a result.json",
+        help=COMMANDS["render"],
         description="Validate a result.json as untrusted data and print its review comment.",
         epilog="Exit codes: 0 printed, 2 bad input (a result or config that cannot be read).",
     )
@@ -596,6 +651,23 @@ def _add_render_parser(sub: Any) -> None:
         "--config", type=Path, help="settings file: its plugins and matrix (default: perfcheck.yml here)"
     )
     render.set_defaults(func=_cmd_render)
+
+
+_PARSERS: dict[str, Callable[[Any], None]] = {
+    "review": _add_review_parser,
+    "probe": _add_probe_parser,
+    "report": _add_report_parser,
+    "schema": _add_schema_parser,
+    "plan": _add_plan_parser,
+    "publish": _add_publish_parser,
+    "serve": _add_serve_parser,
+    "render": _add_render_parser,
+    "trace": _add_trace_parser,
+    "history": _add_history_parser,
+    "html": _add_html_parser,
+    "sweep": _add_sweep_parser,
+    "bisect": _add_bisect_parser,
+}
 
 
 @contextlib.contextmanager
@@ -610,6 +682,8 @@ def _no_workflow_commands() -> Iterator[None]:
     if os.environ.get("GITHUB_ACTIONS") != "true":
         yield
         return
+    import secrets
+
     token = secrets.token_hex(16)
     print(f"::stop-commands::{token}", flush=True)
     try:
@@ -620,7 +694,8 @@ def _no_workflow_commands() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     try:
         with _no_workflow_commands():

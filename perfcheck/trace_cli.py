@@ -7,10 +7,12 @@ Torch-free, like the bot: it reads Kineto traces (.json or .json.gz) as data. Ex
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from perfcheck.argtypes import positive
 
@@ -20,7 +22,6 @@ HTA_SHORT = "hta-short"
 
 if TYPE_CHECKING:
     from perfcheck.core.trace import Change, TraceSummary
-    from perfcheck.schema import TraceDiffDoc, TraceSummaryDoc
 
 EXIT_BAD_INPUT = 2
 NAME_WIDTH = 60
@@ -163,62 +164,135 @@ def _load(path: Path, args: argparse.Namespace, steps: str | None) -> TraceSumma
     return by_hta_short_name(summary) if args.short_names else summary
 
 
-def summary_document(path: Path, s: TraceSummary) -> TraceSummaryDoc:
-    from perfcheck.schema import TraceBreakdownDoc, TraceOpDoc, TraceSummaryDoc
+# What `--json` prints is a `perfcheck schema trace-summary` / `trace-diff` document: the fields
+# of perfcheck.schema's TraceSummaryDoc and TraceDiffDoc, in their order, written as pydantic
+# writes them (tests/test_startup.py holds the two to the same text on real traces), without
+# importing pydantic, which would cost a trace command more than a small trace's whole analysis.
+SCHEMA_VERSION = 2  # perfcheck.schema.SCHEMA_VERSION, which the trace documents carry
+Document = dict[str, Any]
 
+
+def _float(x: float) -> float:
+    """A float field's value, refused as the schema refuses it: NaN and infinities are no measurement."""
+    x = float(x)
+    if not math.isfinite(x):
+        raise ValueError(f"not a finite number: {x!r}")
+    return x
+
+
+def _optional(x: float | None) -> float | None:
+    return None if x is None else _float(x)
+
+
+def summary_document(path: Path, s: TraceSummary) -> Document:
     b = s.breakdown
     steps = max(s.steps, 1)
-    return TraceSummaryDoc(
-        file=str(path),
-        events=s.events,
-        steps=list(s.analysed),
-        steps_chosen=s.chosen,
-        last_step_dropped=s.last_step_dropped,
-        on_gpu=s.on_gpu,
-        breakdown=TraceBreakdownDoc(
-            span_us=b.span_us,
-            idle_pct=b.idle_pct,
-            compute_pct=b.compute_pct,
-            non_compute_pct=b.non_compute_pct,
-        )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "trace-summary",
+        "file": str(path),
+        "events": int(s.events),
+        "steps": [int(n) for n in s.analysed],
+        "steps_chosen": s.chosen,
+        "last_step_dropped": s.last_step_dropped,
+        "on_gpu": s.on_gpu,
+        "breakdown": {
+            "span_us": _float(b.span_us),
+            "idle_pct": _float(b.idle_pct),
+            "compute_pct": _float(b.compute_pct),
+            "non_compute_pct": _float(b.non_compute_pct),
+        }
         if b
         else None,
-        comm_overlap_pct=s.comm_overlap_pct,
-        naming=s.naming,  # type: ignore[arg-type]
-        ops=[
-            TraceOpDoc(
-                name=o.name,
-                kind=o.kind,
-                count=o.count,
-                total_us=o.total_us,
-                per_step_us=o.total_us / steps,
-                variants=o.variants,
-            )
+        "comm_overlap_pct": _optional(s.comm_overlap_pct),
+        "naming": s.naming,
+        "ops": [
+            {
+                "name": o.name,
+                "kind": o.kind,
+                "count": int(o.count),
+                "total_us": _float(o.total_us),
+                "per_step_us": _float(o.total_us / steps),
+                "variants": int(o.variants),
+            }
             for o in s.ops
         ],
-    )
+    }
 
 
-def diff_document(base_path: Path, head_path: Path, base: TraceSummary, head: TraceSummary) -> TraceDiffDoc:
+def diff_document(base_path: Path, head_path: Path, base: TraceSummary, head: TraceSummary) -> Document:
     from perfcheck.core.trace import diff_times
-    from perfcheck.schema import TraceChangeDoc, TraceDiffDoc
 
     changes = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
-    return TraceDiffDoc(
-        naming=head.naming,  # type: ignore[arg-type]
-        base=summary_document(base_path, base),
-        head=summary_document(head_path, head),
-        changes=[
-            TraceChangeDoc(
-                status=c.status,  # type: ignore[arg-type]
-                name=c.name,
-                base_us=c.base_us,
-                head_us=c.head_us,
-                delta_us=c.delta_us,
-            )
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "trace-diff",
+        "naming": head.naming,
+        "base": summary_document(base_path, base),
+        "head": summary_document(head_path, head),
+        "changes": [
+            {
+                "status": c.status,
+                "name": c.name,
+                "base_us": _optional(c.base_us),
+                "head_us": _optional(c.head_us),
+                "delta_us": _float(c.delta_us),
+            }
             for c in changes
         ],
-    )
+    }
+
+
+def _json_float(x: float) -> str:
+    """``x`` as pydantic writes a float: Python's shortest digits, an exponent as ``e-7`` or
+    ``e+16`` (not ``e-07``), and 1e-5 <= x < 1e-4 in full (``0.000015``)."""
+    text = repr(x)
+    mantissa, e, exponent = text.partition("e")
+    if not e:
+        return text
+    power = int(exponent)
+    if power == -5:
+        sign, digits = ("-", mantissa[1:]) if mantissa.startswith("-") else ("", mantissa)
+        return f"{sign}0.0000{digits.replace('.', '')}"
+    return f"{mantissa}e{power:+d}" if power > 0 else f"{mantissa}e{power}"
+
+
+def _json_parts(value: object, depth: int, out: list[str]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True or value is False:
+        out.append("true" if value else "false")
+    elif isinstance(value, int):
+        out.append(str(value))
+    elif isinstance(value, float):
+        out.append(_json_float(value))
+    elif isinstance(value, str):
+        out.append(json.dumps(value, ensure_ascii=False))
+    elif isinstance(value, dict | list):
+        if not value:
+            out.append("{}" if isinstance(value, dict) else "[]")
+            return
+        pad = "\n" + " " * (depth + 1)
+        items: Iterable[tuple[str | None, object]] = (
+            value.items() if isinstance(value, dict) else ((None, v) for v in value)
+        )
+        out.append("{" if isinstance(value, dict) else "[")
+        for i, (key, item) in enumerate(items):
+            out.append(pad if i == 0 else "," + pad)
+            if key is not None:
+                out.append(json.dumps(key, ensure_ascii=False) + ": ")
+            _json_parts(item, depth + 1, out)
+        out.append("\n" + " " * depth + ("}" if isinstance(value, dict) else "]"))
+    else:
+        raise TypeError(f"not a JSON value: {value!r}")
+
+
+def dumps(doc: Document) -> str:
+    """``doc`` as JSON indented by one space, the text pydantic's ``model_dump_json(indent=1)``
+    writes for the same document."""
+    out: list[str] = []
+    _json_parts(doc, 0, out)
+    return "".join(out)
 
 
 def _cmd_summary(args: argparse.Namespace) -> int:
@@ -230,7 +304,7 @@ def _cmd_summary(args: argparse.Namespace) -> int:
         print(f"perfcheck trace: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(summary_document(args.file, summary).model_dump_json(indent=1))
+        print(dumps(summary_document(args.file, summary)))
     else:
         print(render_summary(args.file, summary, args.top))
     return 0
@@ -246,7 +320,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
         print(f"perfcheck trace: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.json:
-        print(diff_document(args.base, args.head, base, head).model_dump_json(indent=1))
+        print(dumps(diff_document(args.base, args.head, base, head)))
     else:
         print(render_diff(args.base, args.head, base, head, args.top))
     return 0

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 Status = Literal["added", "removed", "changed", "same"]
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     name: str
     base_us: float | None  # None: not in base
     head_us: float | None  # None: not in head

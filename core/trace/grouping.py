@@ -8,8 +8,9 @@ shorten, where shortening per event would.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Iterable
+
+import msgspec
 
 from perfcheck.core.trace.names import hta_short_name
 from perfcheck.core.trace.summary import OpTotal, TraceSummary
@@ -42,7 +43,7 @@ def by_hta_short_name(summary: TraceSummary) -> TraceSummary:
     """``summary`` with its kernels and CPU ops keyed by HTA's short name (``hta_short_name``)."""
     if summary.naming == HTA_SHORT:
         return summary
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         summary,
         kernels=regroup(summary.kernels, hta_short_name),
         cpu_ops=regroup(summary.cpu_ops, hta_short_name),

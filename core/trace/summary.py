@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +40,10 @@ CPU_OP = "cpu_op"
 GPU_ANNOTATION = "gpu_user_annotation"
 
 
-@dataclass(frozen=True)
-class OpTotal:
+# The result types are msgspec Structs, not dataclasses: msgspec is loaded for the reader anyway,
+# and a Struct class costs nothing to define, where the dataclasses module (with inspect) and
+# its generated methods are a tenth of a small trace's whole `perfcheck trace summary` process.
+class OpTotal(msgspec.Struct, frozen=True):
     """One kernel (or CPU op) name over the analysed steps."""
 
     name: str
@@ -52,8 +53,7 @@ class OpTotal:
     variants: int = 1  # full names added up in this row: more than 1 only when grouped by a short name
 
 
-@dataclass(frozen=True)
-class Breakdown:
+class Breakdown(msgspec.Struct, frozen=True):
     span_us: float
     idle_us: float
     compute_us: float
@@ -76,8 +76,7 @@ class Breakdown:
         return self._pct(self.non_compute_us)
 
 
-@dataclass(frozen=True)
-class TraceSummary:
+class TraceSummary(msgspec.Struct, frozen=True):
     events: int  # events with a duration (complete events): what the analyses read
     steps: int = 0  # ProfilerSteps analysed
     last_step_dropped: bool = False
@@ -104,32 +103,32 @@ class TraceSummary:
         return {op.name: op.total_us / steps for op in self.ops}
 
 
-@dataclass
 class _Columns:
     """What the pass keeps: a few numbers per GPU activity, launch and CPU op."""
 
-    names: dict[str, int] = field(default_factory=dict)
-    kinds: list[str] = field(default_factory=list)
-    threads: dict[tuple[Any, Any], int] = field(default_factory=dict)
-    gpu_name: array[int] = field(default_factory=lambda: array("l"))
-    gpu_ts: array[float] = field(default_factory=lambda: array("d"))
-    gpu_dur: array[float] = field(default_factory=lambda: array("d"))
-    gpu_corr: array[int] = field(default_factory=lambda: array("q"))
-    launch_corr: array[int] = field(default_factory=lambda: array("q"))
-    launch_ts: array[float] = field(default_factory=lambda: array("d"))
-    cpu_name: array[int] = field(default_factory=lambda: array("l"))
-    cpu_thread: array[int] = field(default_factory=lambda: array("l"))
-    cpu_ts: array[float] = field(default_factory=lambda: array("d"))
-    cpu_dur: array[float] = field(default_factory=lambda: array("d"))
-    # The CPU-side ProfilerStep marks: where each step begins and ends, and its N.
-    step_ts: array[float] = field(default_factory=lambda: array("d"))
-    step_end: array[float] = field(default_factory=lambda: array("d"))
-    step_ids: list[int] = field(default_factory=list)  # N of each ProfilerStep#N, in step_ts order
-    # Every mark, GPU-side ones included, as HTA 0.5 reads them to decide what the last step is.
-    step_names: set[str] = field(default_factory=set)
-    last_step_start: float = -math.inf
-    events: int = 0
-    hta_rounding: bool = False
+    def __init__(self, hta_rounding: bool = False) -> None:
+        self.names: dict[str, int] = {}
+        self.kinds: list[str] = []
+        self.threads: dict[tuple[Any, Any], int] = {}
+        self.gpu_name: array[int] = array("l")
+        self.gpu_ts: array[float] = array("d")
+        self.gpu_dur: array[float] = array("d")
+        self.gpu_corr: array[int] = array("q")
+        self.launch_corr: array[int] = array("q")
+        self.launch_ts: array[float] = array("d")
+        self.cpu_name: array[int] = array("l")
+        self.cpu_thread: array[int] = array("l")
+        self.cpu_ts: array[float] = array("d")
+        self.cpu_dur: array[float] = array("d")
+        # The CPU-side ProfilerStep marks: where each step begins and ends, and its N.
+        self.step_ts: array[float] = array("d")
+        self.step_end: array[float] = array("d")
+        self.step_ids: list[int] = []  # N of each ProfilerStep#N, in step_ts order
+        # Every mark, GPU-side ones included, as HTA 0.5 reads them to decide what the last step is.
+        self.step_names: set[str] = set()
+        self.last_step_start = -math.inf
+        self.events = 0
+        self.hta_rounding = hta_rounding
 
     def name_id(self, name: str, cat: str) -> int:
         found = self.names.get(name)
