@@ -351,14 +351,19 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
         rows += _latency_rows(bm, hm, wl.compile_latency)
         first = "first compile of a process" if wl.compile_latency else "cold compile"
         role = " · context" if wl.compile_latency else ""
+        warm = bool(hm and hm.from_base_cache)
         rows.append(
             Row(
                 # One cold compile per side: the Δ is a single measurement's, not an estimate.
                 f"{first} ({either.backend}, one run each){role}" if either else f"{first} (one run each)",
                 cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
-                cell(hc, f"{hm.cold_compile_s:.2f} s" if hm else None),
+                cell(
+                    hc,
+                    f"{hm.cold_compile_s:.2f} s" + (" (from base's cache)" if warm else "") if hm else None,
+                ),
+                # Head read what base had compiled: no cold compile of head's to compare.
                 deltas.relative(bm.cold_compile_s, hm.cold_compile_s, digits=0, missing="")
-                if bm and hm
+                if bm and hm and not warm
                 else "",
             )
         )
