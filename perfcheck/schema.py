@@ -84,9 +84,20 @@ class GraphBreak(_Strict):
     break_type: str = Field(
         description="Dynamo's graph-break type, e.g. 'Unsupported Tensor.item() call ...'"
     )
-    reason: str = Field(description="the full reason Dynamo gave")
-    location: SourceLocation | None = None
+    reason: str = Field(
+        description="the full reason Dynamo gave (its fullest wording, where it logs several)"
+    )
+    location: SourceLocation | None = Field(
+        default=None, description="the innermost line of the reviewed tree that reached the break"
+    )
     count: int = Field(default=1, ge=1)
+    origin: SourceLocation | None = Field(
+        default=None, description="where the break is when that is outside the tree (an installed package)"
+    )
+    fell_back: bool = Field(
+        default=False,
+        description="Dynamo could not resume after this break and ran the frame it was compiling eagerly",
+    )
 
 
 class Recompile(_Strict):
@@ -96,6 +107,14 @@ class Recompile(_Strict):
         default=None,
         description="where the recompiled code starts: the function's first line, or for a resume "
         "function (torch_dynamo_resume_in_F_at_N) the line of F where it resumes after a break",
+    )
+    every_step: bool = Field(
+        default=False, description="it recompiled on the same inputs again: a cost every step pays"
+    )
+    made_at: SourceLocation | None = Field(
+        default=None,
+        description="where the tree makes the value the failed guard checks (a buffer's registration, "
+        "an attribute's assignment), when it can be found",
     )
 
 
@@ -138,6 +157,11 @@ class CompileMetrics(_Strict):
     graph_breaks: list[GraphBreak] = []
     recompile_count: int = Field(ge=0)
     recompiles: list[Recompile] = []
+    frames: list[str] = Field(
+        default=[],
+        max_length=5000,
+        description="the frames Dynamo compiled as frames of their own, `function path:first line`",
+    )
     second_batch: str | None = Field(
         default=None,
         description="why the recompile check's call with another batch did not run as planned "
@@ -244,6 +268,12 @@ class ExportMetrics(_Strict):
     op_counts: dict[str, int] = {}
     denied_ops: list[str] = []
     error_type: str | None = None
+    error_kind: str | None = Field(
+        default=None,
+        max_length=100,
+        description="what torch's error says it is, where it says (a UserError's type, e.g. "
+        "DYNAMIC_CONTROL_FLOW)",
+    )
     error_message: str | None = None
     error_location: SourceLocation | None = None
 

@@ -202,9 +202,13 @@ def test_only_what_is_a_batch_is_cut_and_a_failing_second_call_is_a_note(
     )
     head_result = failing.workloads[0].head[0]
     assert head_result.status == "ok" and head_result.compile is not None
-    assert head_result.compile.second_batch is not None and "raised" in head_result.compile.second_batch
+    note = head_result.compile.second_batch
+    assert note is not None and note.startswith("not checked: the model raises on its second inputs (")
     assert [f.category for f in failing.findings if f.severity == "error"] == ["graph_break_added"]
-    assert "recompile check's second batch" in render_comment(failing)
+    assert (
+        "| recompiles on another batch | not checked: the model raises on its second inputs"
+        in render_comment(failing)
+    )
 
     none = review(
         _bags(tmp_path / "b3", second=", None"), _bags(tmp_path / "h3", second=", None"), probes=("compile",)
@@ -287,7 +291,7 @@ def test_a_recompile_that_only_exists_because_of_a_new_break_is_shown_under_it(
     # before it: the second batch recompiles it. That is the break's doing, not a cause of its own.
     assert only(result, "recompile") == []
     [gb] = only(result, "graph_break_added")
-    assert "(and 1 recompile of the code after it)" in gb.message
+    assert "(and 1 recompile that follows from it)" in gb.message
     assert "torch_dynamo_resume_in_forward_at_13 (model.py:13): k == 2" in gb.evidence["resume_recompiles"]
     comment = render_comment(result).replace("\\", "")
     assert "Recompiles of the code after this break" in comment

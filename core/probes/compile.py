@@ -21,12 +21,12 @@ from perfcheck.schema import (
 )
 
 
-def _break_key(gb: GraphBreak) -> tuple[str, str, str]:
-    # Keyed by the source text, not the line number: a PR that adds lines above an old break
-    # moves it without adding one.
+def _break_key(gb: GraphBreak) -> tuple[str, str]:
+    # Keyed by the place, not by Dynamo's wording (which differs by where it reports the break from),
+    # and by the source text, not the line number: a PR that adds lines above an old break moves it
+    # without adding one.
     loc = gb.location
-    where = (loc.path, loc.code or str(loc.line)) if loc else ("?", "?")
-    return (gb.break_type, *where)
+    return (loc.path, loc.code or str(loc.line)) if loc else ("?", gb.break_type)
 
 
 def _resume_base(function: str) -> str:
@@ -51,7 +51,7 @@ def guard_expression(reason: str) -> str:
 
 def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> list[Finding]:
     out: list[Finding] = []
-    base_breaks, head_breaks = Counter[tuple[str, str, str]](), Counter[tuple[str, str, str]]()
+    base_breaks, head_breaks = Counter[tuple[str, str]](), Counter[tuple[str, str]]()
     for counter, breaks in ((base_breaks, base.graph_breaks), (head_breaks, head.graph_breaks)):
         for b in breaks:
             counter[_break_key(b)] += b.count
@@ -63,7 +63,7 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
         ("graph_break_removed", "info", base.graph_breaks, removed, "no longer splits"),
     )
     for category, severity, breaks, delta, verb in changes:
-        shown: set[tuple[str, str, str]] = set()
+        shown: set[tuple[str, str]] = set()
         for gb in breaks:
             key = _break_key(gb)
             if delta[key] and key not in shown:
@@ -75,16 +75,58 @@ def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, confi
                         workload=wl,
                         probe="compile",
                         location=gb.location,
-                        message=f"Dynamo {verb} the graph here: {gb.break_type}",
+                        message=f"Dynamo {verb} the graph here: {gb.break_type}" + _origin_words(gb),
                         evidence={
                             "break_type": gb.break_type,
                             "reason": gb.reason,
                             "count": delta[key],
                             "graphs": graphs,
+                            **({"origin": f"{gb.origin.path}:{gb.origin.line}"} if gb.origin else {}),
+                            **({"fell_back": True} if gb.fell_back else {}),
                         },
                     )
                 )
-    return _with_recompiles(wl, base, head, out)
+    return _with_recompiles(wl, base, head, _gone_with_the_frame(out))
+
+
+def _gone_with_the_frame(findings: list[Finding]) -> list[Finding]:
+    """A base break that is gone because a new break made Dynamo give up on its frame (it runs
+    eagerly now, so nothing there is compiled to break): not a removed break, but part of the
+    new one, said under it. Matched by file: Dynamo's note does not name the frame it gave up."""
+    fell = [f for f in findings if f.category == "graph_break_added" and f.evidence.get("fell_back")]
+    if not fell:
+        return findings
+    out: list[Finding] = []
+    gone: dict[int, list[Finding]] = {}
+    for f in findings:
+        cause = next((c for c in fell if f.category == "graph_break_removed" and _same_file(c, f)), None)
+        if cause is None:
+            out.append(f)
+        else:
+            gone.setdefault(id(cause), []).append(f)
+    for i, f in enumerate(out):
+        lost = gone.get(id(f), [])
+        if lost:
+            places = ", ".join(f"{x.location.path}:{x.location.line}" for x in lost if x.location)
+            out[i] = f.model_copy(
+                update={
+                    "message": f"{f.message}; base's break{'s' if len(lost) > 1 else ''} at {places} "
+                    "is no longer compiled",
+                    "evidence": {**f.evidence, "no_longer_compiled": places},
+                }
+            )
+    return out
+
+
+def _same_file(a: Finding, b: Finding) -> bool:
+    return a.location is not None and b.location is not None and a.location.path == b.location.path
+
+
+def _origin_words(gb: GraphBreak) -> str:
+    words = f" (in {gb.origin.path}:{gb.origin.line}, reached from here)" if gb.origin else ""
+    if gb.fell_back:
+        words += "; Dynamo could not resume after it and runs the frame it was compiling eagerly"
+    return words
 
 
 def _recompile_key(r: Recompile) -> tuple[str, str]:
@@ -123,6 +165,26 @@ def _place(r: Recompile) -> str:
     return f"{r.function} ({loc.path}:{loc.line})" if loc else r.function
 
 
+def _frame_key(r: Recompile) -> str | None:
+    """The recompiled frame as CompileMetrics.frames names it (``function path:first line``)."""
+    return f"{r.function} {r.location.path}:{r.location.line}" if r.location else None
+
+
+def _fallout_of(r: Recompile, added: list[Finding], base: CompileMetrics) -> Finding | None:
+    """The new break a recompile follows from: it recompiles a resume function after the break
+    (``_cause``), or a frame that only exists because of a break, one base compiled inside a
+    bigger graph and head compiles on its own (an installed package's function, a block's
+    forward). Base's frames are known from results that record them."""
+    cause = _cause(r, added, base)
+    if cause is not None or not added or not base.frames:
+        return cause
+    key = _frame_key(r)
+    if key is None or key in base.frames:
+        return None
+    path = r.location.path if r.location else None
+    return next((f for f in added if f.location and f.location.path == path), added[0])
+
+
 def _with_recompiles(
     wl: str, base: CompileMetrics, head: CompileMetrics, breaks: list[Finding]
 ) -> list[Finding]:
@@ -135,7 +197,7 @@ def _with_recompiles(
     for r in head.recompiles:
         if _recompile_key(r) in known:
             continue
-        cause = _cause(r, added, base)
+        cause = _fallout_of(r, added, base)
         if cause is not None:
             folded.setdefault(id(cause), []).append(r)
         else:
@@ -147,7 +209,8 @@ def _with_recompiles(
             n = len(side_effects)
             f = f.model_copy(
                 update={
-                    "message": f"{f.message} (and {n} recompile{'s' if n > 1 else ''} of the code after it)",
+                    "message": f"{f.message} (and {n} "
+                    f"{'recompiles that follow' if n > 1 else 'recompile that follows'} from it)",
                     "evidence": {
                         **f.evidence,
                         "resume_recompiles": "\n".join(
@@ -157,29 +220,48 @@ def _with_recompiles(
                 }
             )
         out.append(f)
-    for group in by_guard.values():
-        first = next((r for r in group if r.location is not None and r.location.in_tree), group[0])
-        frames = list(dict.fromkeys(_place(r) for r in group))
-        more = f" and {len(frames) - 1} more frame{'s' if len(frames) > 2 else ''}" if len(frames) > 1 else ""
-        out.append(
-            Finding(
-                category="recompile",
-                severity="error",
-                workload=wl,
-                probe="compile",
-                location=first.location,
-                message=f"new recompilation of `{_resume_base(first.function)}`{more}: "
-                f"`{guard_expression(first.reason)}` failed",
-                evidence={
-                    "function": first.function,
-                    "reason": first.reason,
-                    "frames": "\n".join(frames),
-                    "frame_count": len(frames),
-                    "recompiles": [base.recompile_count, head.recompile_count],
-                },
-            )
+    return out + [_recompile_finding(wl, base, head, group) for group in by_guard.values()]
+
+
+def _recompile_finding(
+    wl: str, base: CompileMetrics, head: CompileMetrics, group: list[Recompile]
+) -> Finding:
+    """One new guard cause, judged by what it costs: a regression where head recompiles more than
+    base, or on the same inputs again (every step pays it); a warning where it only replaces
+    recompiles base had. Placed where the tree makes the guarded value, when known."""
+    first = next((r for r in group if r.location is not None and r.location.in_tree), group[0])
+    frames = list(dict.fromkeys(_place(r) for r in group))
+    more = f" and {len(frames) - 1} more frame{'s' if len(frames) > 2 else ''}" if len(frames) > 1 else ""
+    every_step = any(r.every_step for r in group)
+    costs_more = head.recompile_count > base.recompile_count or every_step
+    made = next((r.made_at for r in group if r.made_at is not None and r.made_at.in_tree), None)
+    guard = guard_expression(first.reason)
+    message = f"new recompilation of `{_resume_base(first.function)}`{more}: `{guard}` failed"
+    if every_step:
+        message += " on the same inputs again (every step pays it)"
+    elif not costs_more:
+        message += (
+            f"; head recompiles no more than base ({head.recompile_count} against {base.recompile_count}): "
+            "a different cause, not a new cost"
         )
-    return out
+    if made is not None:
+        message += f"; the guarded value is made at {made.path}:{made.line}"
+    return Finding(
+        category="recompile",
+        severity="error" if costs_more else "warning",
+        workload=wl,
+        probe="compile",
+        location=made or first.location,
+        message=message,
+        evidence={
+            "function": first.function,
+            "reason": first.reason,
+            "frames": "\n".join(frames),
+            "frame_count": len(frames),
+            "recompiles": [base.recompile_count, head.recompile_count],
+            **({"recompiled_at": f"{first.location.path}:{first.location.line}"} if first.location else {}),
+        },
+    )
 
 
 STAGE_LABELS = {
@@ -341,9 +423,9 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
             # Recompiles are counted without the call with another batch: say so, per side.
             rows.append(
                 Row(
-                    "recompile check's second batch",
-                    cell(bc, (bm.second_batch or "ran") if bm else None),
-                    cell(hc, (hm.second_batch or "ran") if hm else None),
+                    "recompiles on another batch",
+                    cell(bc, (bm.second_batch or "checked") if bm else None),
+                    cell(hc, (hm.second_batch or "checked") if hm else None),
                     "",
                 )
             )

@@ -100,7 +100,11 @@ def rejected_finding(
         probe=probe,
         location=metrics.error_location,
         message=f"{what} fails{' (as on base)' if also else ''}: {metrics.error_type}",
-        evidence={"error_type": metrics.error_type or "", "error": (metrics.error_message or "")[:2000]},
+        evidence={
+            "error_type": metrics.error_type or "",
+            "error": (metrics.error_message or "")[:2000],
+            **({"error_kind": kind} if (kind := getattr(metrics, "error_kind", None)) else {}),
+        },
     )
 
 

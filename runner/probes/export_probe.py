@@ -95,6 +95,18 @@ def denied(ops: dict[str, int], allow: list[str], deny: list[str]) -> list[str]:
     return sorted(out)
 
 
+def _error_kind(err: BaseException) -> str | None:
+    """What torch says the error is: a UserError carries its type (DYNAMIC_CONTROL_FLOW, ...), a
+    guard on a data-dependent value is its own class. None: torch does not say."""
+    kind = getattr(err, "error_type", None)
+    name = getattr(kind, "name", None)
+    if isinstance(name, str):
+        return name
+    if "DataDependent" in type(err).__name__:
+        return "DATA_DEPENDENT"
+    return None
+
+
 class ExportProbe:
     name = "export"
 
@@ -113,6 +125,7 @@ class ExportProbe:
                 metrics={
                     "export": ExportMetrics(
                         error_type=type(err).__name__,
+                        error_kind=_error_kind(err),
                         error_message=message[:4000],
                         error_location=exception_location(err, Path(spec.tree)),
                     )
