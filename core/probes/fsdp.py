@@ -490,6 +490,26 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
 
 
 _VERIFY = "perfcheck review --base {base} --head {head} --workloads {workload} --probes fsdp"
+_FULLY_SHARD = "https://docs.pytorch.org/docs/stable/distributed.fsdp.fully_shard.html"
+
+# What a change of FSDP's units or their settings does, for the causes and rules below.
+_WRAP = (
+    "a unit's wrap changed: a layer lost its own `fully_shard` (its class no longer matches "
+    "`fsdp.wrap`, or the workload no longer shards it), or one `fully_shard([a, b])` now groups "
+    "modules into one unit, so their parameters are all-gathered and reduce-scattered together"
+)
+_RESHARD = (
+    "`reshard_after_forward` changed: a unit that keeps its parameters after forward (`False`, "
+    "FSDP2's default for the root) runs no all-gather in backward; one that reshards gathers them again"
+)
+_MIXED = (
+    "mixed precision changed (`MixedPrecisionPolicy`): `param_dtype` is what the all-gathers move, "
+    "`reduce_dtype` what the reduce-scatters reduce"
+)
+_REDISTRIBUTE = (
+    "the model's own code runs a collective outside FSDP's units: a DTensor `redistribute` (to "
+    "`Replicate()`, say) or a `torch.distributed` call in forward"
+)
 
 PROBE = ProbeKind(
     name="fsdp",
@@ -500,6 +520,34 @@ PROBE = ProbeKind(
     settings=FsdpSettings,
     metrics=FsdpMetrics,
     run="perfcheck.runner.probes.fsdp_probe:run",
+    raises=("rank_graph_mismatch", "collective_drift"),
+    # The shared categories as FSDP raises them: its units, not DDP's buckets.
+    entries={
+        "collective_drift": {
+            "symptom": "the collectives of a training step changed: FSDP's all-gathers and "
+            "reduce-scatters (op, dtype, bytes, calls per step) or the unit that issues them.",
+            "causes": [_WRAP, _RESHARD, _MIXED, _REDISTRIBUTE],
+            "verify": [_VERIFY],
+            "docs": _FULLY_SHARD,
+            "rules": [
+                {"when": {"reading": "wrap"}, "cause": _WRAP},
+                {"when": {"reading": "reshard_after_forward"}, "cause": _RESHARD},
+                {"when": {"reading": "mixed precision"}, "cause": _MIXED},
+                {"when": {"reading": "outside FSDP"}, "cause": _REDISTRIBUTE},
+            ],
+        },
+        "rank_graph_mismatch": {
+            "causes": [
+                "Python in a sharded unit's forward that depends on the rank (`dist.get_rank()`, a "
+                "rank-dependent flag or shape), traced into each rank's graph",
+                "a value read in forward that differs between ranks (an environment variable, the "
+                "local device), which Dynamo specialises on",
+                "nondeterministic guards",
+            ],
+            "verify": ["TORCH_LOGS=graph_code " + _VERIFY],
+            "docs": _FULLY_SHARD,
+        },
+    },
     categories={
         "graph_reuse_lost": {
             "title": "Identical layers no longer share a compiled graph",
