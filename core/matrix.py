@@ -1,5 +1,10 @@
 """The root-cause matrix: data (core/matrix.yml, validated at load), the project's own entries
 from config on top, and one pure function that picks a finding's symptom, cause and commands.
+
+A category raised by several probes (``collective_drift`` by ddp and fsdp) can mean different
+things from each: an entry's ``probes`` holds what it means as one probe raises it, from the
+matrix data or from the probe's descriptor (``ProbeKind.entries``); resolve() takes the entry of
+the finding's own probe.
 """
 
 from __future__ import annotations
@@ -10,14 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from jinja2 import ChainableUndefined
 from jinja2.sandbox import SandboxedEnvironment
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from perfcheck.config import MatrixEntry
+from perfcheck.config import MatrixEntry, whole_phrases
 from perfcheck.schema import BUILTIN_CATEGORIES, Finding, Review, categories
 
 
@@ -25,10 +30,15 @@ class _Data(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# One cause or one command: a string with its brackets and backticks closed, so that a list YAML
+# split at a comma inside parentheses is refused (config.split_phrase).
+Phrase = Annotated[str, AfterValidator(lambda text: whole_phrases([text])[0])]
+
+
 class Rule(_Data):
     when: dict[str, str] = Field(min_length=1, description="evidence key -> substring of its value")
-    cause: str
-    verify: list[str] = []
+    cause: Phrase
+    verify: list[Phrase] = []
 
 
 class DetailField(_Data):
@@ -40,18 +50,50 @@ class DetailField(_Data):
     lang: str = ""
 
 
+class ProbeEntry(_Data):
+    """What a category means as one probe raises it: the fields given replace the category's own
+    for that probe's findings."""
+
+    symptom: Phrase | None = None
+    causes: list[Phrase] | None = Field(default=None, min_length=1)
+    verify: list[Phrase] | None = Field(default=None, min_length=1)
+    docs: str | None = None
+    rules: list[Rule] | None = None
+
+
 class Entry(_Data):
     title: str = Field(min_length=1, description="the finding's heading in every report")
-    symptom: str
-    causes: list[str] = Field(min_length=1)
-    verify: list[str] = Field(min_length=1)
+    symptom: Phrase
+    causes: list[Phrase] = Field(min_length=1)
+    verify: list[Phrase] = Field(min_length=1)
     docs: str | None = None
     rules: list[Rule] = []
     details: list[DetailField] = []
+    probes: dict[str, ProbeEntry] = Field(
+        default={}, description="probe name -> the entry as that probe raises the category"
+    )
+
+    def for_probe(self, probe: str) -> Entry:
+        """The entry for a finding ``probe`` raised: its own fields where it has some."""
+        own = self.probes.get(probe)
+        if own is None:
+            return self
+        given = {k: v for k, v in own if v is not None}
+        return self.model_copy(update={**given, "probes": {}})
 
 
 class MatrixError(ValueError):
     """The matrix data is not valid; the message names the category and field."""
+
+
+def _validated(model: type[_Data], category: str, body: Any, source: str) -> Any:
+    try:
+        return model.model_validate(body)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        raise MatrixError(f"{source}: {category}.{where}: {msg}") from None
 
 
 def parse_matrix(text: str, source: str) -> dict[str, Entry]:
@@ -61,15 +103,7 @@ def parse_matrix(text: str, source: str) -> dict[str, Entry]:
     unknown = sorted(set(raw) - set(categories()))
     if unknown:
         raise MatrixError(f"{source}: unknown categories {', '.join(unknown)}")
-    out: dict[str, Entry] = {}
-    for category, body in raw.items():
-        try:
-            out[category] = Entry.model_validate(body)
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise MatrixError(f"{source}: {category}.{where}: {first['msg']}") from None
-    return out
+    return {category: _validated(Entry, category, body, source) for category, body in raw.items()}
 
 
 @cache
@@ -84,46 +118,65 @@ def builtin() -> dict[str, Entry]:
 
 
 _PLUGIN_ENTRIES: dict[str, Entry] = {}
+_PROBE_ENTRIES: dict[str, dict[str, ProbeEntry]] = {}  # category -> probe -> its entry
 
 
 def register_entries(entries: dict[str, Any], source: str) -> None:
     """A plugin probe's entries for its own categories, validated like the built-in ones."""
-    valid: dict[str, Entry] = {}
-    for category, body in entries.items():
-        try:
-            valid[category] = Entry.model_validate(body)
-        except ValidationError as err:
-            first = err.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise MatrixError(f"{source}: {category}.{where}: {first['msg']}") from None
+    valid = {category: _validated(Entry, category, body, source) for category, body in entries.items()}
     _PLUGIN_ENTRIES.update(valid)
 
 
+def register_probe_entries(probe: str, entries: dict[str, Any], source: str) -> None:
+    """A probe's own entries for shared categories it raises (``ProbeKind.entries``), validated
+    like the matrix's: they apply to that probe's findings of the category."""
+    valid = {c: _validated(ProbeEntry, c, body, source) for c, body in entries.items()}
+    for category, entry in valid.items():
+        _PROBE_ENTRIES.setdefault(category, {})[probe] = entry
+
+
 def known() -> dict[str, Entry]:
-    """The built-in matrix and every registered plugin's entries."""
-    return {**builtin(), **_PLUGIN_ENTRIES}
+    """The built-in matrix and every registered plugin's entries, with each probe's own entries
+    for the shared categories it raises."""
+    out = {**builtin(), **_PLUGIN_ENTRIES}
+    for category, own in _PROBE_ENTRIES.items():
+        if category in out:
+            out[category] = out[category].model_copy(update={"probes": {**out[category].probes, **own}})
+    return out
+
+
+def _on_top(category: str, base: Entry | None, own: MatrixEntry) -> Entry:
+    causes = [*own.causes, *(base.causes if base else [])]
+    verify = own.verify or (base.verify if base else [])
+    symptom = own.symptom or (base.symptom if base else category.replace("_", " "))
+    if not causes or not verify:
+        raise MatrixError(f"matrix.{category}: a new category entry needs causes and verify")
+    return Entry(
+        title=base.title if base else category.replace("_", " "),
+        details=base.details if base else [],
+        symptom=symptom,
+        causes=causes,
+        verify=verify,
+        docs=own.docs or (base.docs if base else None),
+        # The project's own causes come first, so they win over the built-in refinements.
+        rules=[] if own.causes else (base.rules if base else []),
+    )
 
 
 def merged(overrides: dict[str, MatrixEntry]) -> dict[str, Entry]:
-    """The known matrix with a project's entries on top: given fields replace, causes go first."""
+    """The known matrix with a project's entries on top: given fields replace, causes go first
+    (for every probe that raises the category)."""
     out = known()
     for category, own in overrides.items():
         base = out.get(category)
-        causes = [*own.causes, *(base.causes if base else [])]
-        verify = own.verify or (base.verify if base else [])
-        symptom = own.symptom or (base.symptom if base else category.replace("_", " "))
-        if not causes or not verify:
-            raise MatrixError(f"matrix.{category}: a new category entry needs causes and verify")
-        out[category] = Entry(
-            title=base.title if base else category.replace("_", " "),
-            details=base.details if base else [],
-            symptom=symptom,
-            causes=causes,
-            verify=verify,
-            docs=own.docs or (base.docs if base else None),
-            # The project's own causes come first, so they win over the built-in refinements.
-            rules=[] if own.causes else (base.rules if base else []),
-        )
+        probes = {}
+        if base is not None:
+            for probe in base.probes:
+                mine = _on_top(category, base.for_probe(probe), own).model_dump(
+                    include=set(ProbeEntry.model_fields)
+                )
+                probes[probe] = ProbeEntry.model_validate(mine)
+        out[category] = _on_top(category, base, own).model_copy(update={"probes": probes})
     return out
 
 
@@ -192,6 +245,7 @@ def resolve(
     entry = (matrix if matrix is not None else known()).get(finding.category)
     if entry is None:
         return None
+    entry = entry.for_probe(finding.probe)
     rule = next((r for r in entry.rules if _matches(r, finding.evidence)), None)
     cause = rule.cause if rule else entry.causes[0]
     others = [c for c in entry.causes if c != cause][: 3 if rule else 2]

@@ -318,6 +318,39 @@ class SweepConfig(_Section):
     timeout_s: float = Field(default=900.0, gt=0, description="per point")
 
 
+_PAIRS = {"(": ")", "[": "]", "{": "}"}
+
+
+def split_phrase(text: str) -> str | None:
+    """Why ``text`` is not one whole cause or command, or None when it is: a bracket it opens and
+    does not close, or closes without opening, or a backtick left open. That is what a list written
+    inline leaves where YAML splits an item at a comma inside parentheses: ``[a (b, c), d]`` is the
+    three items ``a (b``, ``c)`` and ``d``."""
+    open_: list[str] = []
+    for ch in text:
+        if ch in _PAIRS:
+            open_.append(ch)
+        elif ch in _PAIRS.values() and (not open_ or _PAIRS[open_.pop()] != ch):
+            return f"{text!r} closes {ch!r} without opening it"
+    if open_:
+        return f"{text!r} opens {open_[-1]!r} without closing it"
+    if text.count("`") % 2:
+        return f"{text!r} leaves a backtick open"
+    return None
+
+
+def whole_phrases(values: list[str]) -> list[str]:
+    """Each of ``values`` one whole phrase (split_phrase), or a ValueError that says how YAML split it."""
+    for v in values:
+        why = split_phrase(v)
+        if why is not None:
+            raise ValueError(
+                f"one cause or command per item; {why}: a list written inline ([a (b, c), d]) is "
+                "split by YAML at every comma, so write one item per line (- a (b, c))"
+            )
+    return values
+
+
 class MatrixEntry(_Section):
     """A project's own root-cause matrix entry, added to or replacing the built-in one."""
 
@@ -325,6 +358,11 @@ class MatrixEntry(_Section):
     causes: list[str] = Field(default_factory=list, description="likely causes, most likely first")
     verify: list[str] = Field(default_factory=list, description="commands that confirm the cause")
     docs: str | None = None
+
+    @field_validator("causes", "verify")
+    @classmethod
+    def _whole(cls, v: list[str]) -> list[str]:
+        return whole_phrases(v)
 
 
 class AckEntry(_Section):

@@ -4,14 +4,19 @@ Every rank builds the workload from its side's tree, shards it with FSDP2 (``ful
 module of the wrap classes, then the root, unless build() sharded it itself) and trains a few steps
 per variant: eager, each wrapped layer compiled (``module.compile()``) and the whole model
 compiled. It records what Dynamo compiled, per function of the model, and one profiled step's
-collectives, each with the FSDP unit whose ``FSDP::`` region issued it; after the eager variant,
-the DTensor layout of every parameter and gradient and the redistributes the model's own code
-made. Rank 0 gathers the ranks' graph hashes and writes OUT_DIR/fsdp.json.
+collectives, each with its size and the FSDP unit whose ``FSDP::`` region issued it; after one
+eager step, the FSDP units as FSDP2 itself holds them (one per ``fully_shard`` call, the modules it
+grouped, the call's line in the workload, ``reshard_after_forward`` and mixed precision as they
+run), the DTensor layout of every parameter and gradient and the redistributes the model's own
+code made. The ranks gather their graph hashes and, where they differ, the nodes of the first
+graph that differs, so the line that differs between ranks is named. Rank 0 writes
+OUT_DIR/fsdp.json.
 """
 
 from __future__ import annotations
 
 import contextlib
+import difflib
 import json
 import os
 import re
@@ -32,14 +37,18 @@ from torch.distributed import fsdp as fsdp_api
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
+from perfcheck.core.probes.ddp import first_rank_mismatch
 from perfcheck.core.probes.fsdp import (
     FsdpMetrics,
     FsdpSettings,
+    FsdpUnit,
     FsdpVariant,
     GraphGroup,
     ParamLayout,
     Redistribute,
     UnitCollective,
+    shared,
+    unit_name,
 )
 from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
@@ -61,8 +70,10 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 
 class _Calls:
-    """The workload's own fully_shard and distribute_tensor calls, by the module or tensor they
-    made, with the line of the tree that made them."""
+    """Where the workload itself shards: each of its fully_shard calls, by the FSDP state the call
+    made (one per unit, whichever module or modules it was given and however the workload imported
+    fully_shard), and each distribute_tensor call, by the tensor it made; each with the line of the
+    tree that made the call."""
 
     def __init__(self, tree: Path) -> None:
         self.tree = tree
@@ -74,21 +85,20 @@ class _Calls:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[None]:
-        """While the workload is imported and built, its fully_shard / distribute_tensor calls go
-        through here (names it imported from torch before are looked up at call time too)."""
+        """While the workload is imported and built, FSDP's per-call state init and
+        distribute_tensor report here (names the workload imported from torch before are looked
+        up at call time too)."""
         import torch.distributed.tensor as dtensor_api
+        from torch.distributed.fsdp._fully_shard._fsdp_state import FSDPState
 
-        real_shard, real_distribute = fsdp_api.fully_shard, dtensor_api.distribute_tensor
+        real_init, real_distribute = FSDPState.init, dtensor_api.distribute_tensor
 
-        def fully_shard(module: Any, *args: Any, **kwargs: Any) -> Any:
-            out = real_shard(module, *args, **kwargs)
+        def init(state: Any, *args: Any, **kwargs: Any) -> Any:
+            # fully_shard(module or [modules]) makes one state and calls its init once.
             where = self.site()
-            for m in module if isinstance(module, list | tuple) else [module]:
-                if where is not None:
-                    for p in m.parameters(recurse=False):
-                        self.sites.setdefault(id(p), where)
-                    self.sites.setdefault(id(m), where)
-            return out
+            if where is not None:
+                self.sites[id(state)] = where
+            return real_init(state, *args, **kwargs)
 
         def distribute_tensor(tensor: Any, *args: Any, **kwargs: Any) -> Any:
             out = real_distribute(tensor, *args, **kwargs)
@@ -97,11 +107,11 @@ class _Calls:
                 self.sites[id(out)] = where
             return out
 
-        fsdp_api.fully_shard, dtensor_api.distribute_tensor = fully_shard, distribute_tensor
+        FSDPState.init, dtensor_api.distribute_tensor = init, distribute_tensor  # type: ignore[method-assign,assignment]
         try:
             yield
         finally:
-            fsdp_api.fully_shard, dtensor_api.distribute_tensor = real_shard, real_distribute
+            FSDPState.init, dtensor_api.distribute_tensor = real_init, real_distribute  # type: ignore[method-assign]
 
 
 # -- wrapping ---------------------------------------------------------------------------------
@@ -118,11 +128,14 @@ def repeated_classes(model: torch.nn.Module) -> list[str]:
 
 
 def _units(model: torch.nn.Module) -> dict[str, Any]:
+    """Every module FSDP manages as (part of) a unit, by its path."""
     return {name: m for name, m in model.named_modules() if isinstance(m, fsdp_api.FSDPModule)}
 
 
 def _shard(model: torch.nn.Module, settings: FsdpSettings, mesh: DeviceMesh) -> list[str]:
-    """fully_shard each module of the wrap classes, innermost first, then the root; the classes."""
+    """fully_shard each module of the wrap classes, innermost first, then the root; the classes.
+    ``reshard_after_forward`` unset is FSDP2's own default (None): every unit reshards after
+    forward but the root, which keeps its parameters for backward."""
     classes = settings.wrap or repeated_classes(model)
     policy = fsdp_api.MixedPrecisionPolicy(
         param_dtype=_DTYPES.get(settings.param_dtype or ""),
@@ -136,16 +149,88 @@ def _shard(model: torch.nn.Module, settings: FsdpSettings, mesh: DeviceMesh) -> 
     return list(classes)
 
 
+def _states(model: torch.nn.Module) -> list[tuple[Any, list[str]]]:
+    """FSDP's states in the model's order, one per fully_shard call (a unit), each with the paths
+    of the modules that call grouped: fully_shard([a, b]) is one state of two modules."""
+    seen: dict[int, tuple[Any, list[str]]] = {}
+    for name, m in model.named_modules():
+        if isinstance(m, fsdp_api.FSDPModule):
+            state = m._get_fsdp_state()
+            seen.setdefault(id(state), (state, []))[1].append(name)
+    return list(seen.values())
+
+
+def _groups(state: Any) -> list[Any]:
+    """The state's parameter groups (torch 2.13 keeps a list; earlier releases one group)."""
+    many = getattr(state, "_fsdp_param_groups", None)
+    if many is not None:
+        return list(many)
+    one = getattr(state, "_fsdp_param_group", None)
+    return [one] if one is not None else []
+
+
+def _reshards(group: Any) -> bool | int:
+    """reshard_after_forward as the group runs it: False keeps the unsharded parameters after
+    forward, True frees them, an int reshards them to that many ranks."""
+    after, mesh = group.post_forward_mesh_info, group.mesh_info
+    if after is None:
+        return False
+    if after == mesh:
+        return True
+    return int(getattr(after, "shard_mesh_size", 0)) or True
+
+
+def _dtype(d: Any) -> str | None:
+    return str(d).removeprefix("torch.") if d is not None else None
+
+
+class Units:
+    """The FSDP units of the sharded model as FSDP itself holds them, once its lazy init ran (the
+    first forward: only then does the root's reshard_after_forward take its default)."""
+
+    def __init__(self, model: torch.nn.Module, calls: _Calls) -> None:
+        self.units: list[FsdpUnit] = []
+        self.of_param: dict[int, str] = {}  # id(sharded parameter) -> unit name
+        self.by_fqn: dict[str, str] = {}  # FSDP's own name of the unit ("a, b") -> unit name
+        for state, modules in _states(model):
+            name = unit_name(modules)
+            groups = _groups(state)
+            policy = groups[0].mp_policy if groups else getattr(state, "_mp_policy", None)
+            params = [fp for g in groups for fp in g.fsdp_params]
+            for fp in params:
+                self.of_param[id(fp.sharded_param)] = name
+            for g in groups:
+                self.by_fqn[g._module_fqn or ""] = name
+            self.units.append(
+                FsdpUnit(
+                    name=name,
+                    modules=modules,
+                    reshard_after_forward=_reshards(groups[0]) if groups else None,
+                    param_dtype=_dtype(getattr(policy, "param_dtype", None)),
+                    reduce_dtype=_dtype(getattr(policy, "reduce_dtype", None)),
+                    output_dtype=_dtype(getattr(policy, "output_dtype", None)),
+                    params=len(params),
+                    sharded_at=calls.sites.get(id(state)),
+                )
+            )
+
+
 # -- what Dynamo compiled ---------------------------------------------------------------------
+
+
+_STACK_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 
 
 class _Recorder(Recorder):
     """The ddp probe's recorder, noting also the function Dynamo was compiling (its code object)
-    when it handed the graph over."""
+    when it handed the graph over, and each graph's nodes with the line of the tree that made each
+    (Dynamo's stack trace of the node), to say where two ranks' graphs part."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, tree: Path) -> None:
         super().__init__(backend)
+        self.tree = tree
         self.codes: list[Any] = []
+        self.nodes: list[list[tuple[str, str]]] = []  # per graph: (node, "path\tline\tfunction")
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         code = None
@@ -154,7 +239,16 @@ class _Recorder(Recorder):
 
             code = InstructionTranslator.current_tx().f_code
         self.codes.append(code)
+        self.nodes.append([(str(n.format_node()), self._made_at(n)) for n in gm.graph.nodes])
         return super().__call__(gm, example_inputs)
+
+    def _made_at(self, node: torch.fx.Node) -> str:
+        frames = [
+            traceback.FrameSummary(m["path"], int(m["line"]), m["function"])
+            for m in _STACK_FRAME.finditer(str(node.meta.get("stack_trace") or ""))
+        ]
+        frame = innermost_user_frame(frames, self.tree)
+        return f"{frame.filename}\t{frame.lineno}\t{frame.name}" if frame is not None else ""
 
 
 def _owner(code: Any, model: torch.nn.Module) -> tuple[str, int]:
@@ -221,12 +315,50 @@ def graph_groups(rec: _Recorder, model: torch.nn.Module, tree: Path) -> list[Gra
     )
 
 
+def _location(made_at: str, tree: Path) -> SourceLocation | None:
+    path, _, rest = made_at.partition("\t")
+    line, _, function = rest.partition("\t")
+    if not path or not line.isdigit():
+        return None
+    return to_location(traceback.FrameSummary(path, int(line), function), tree)
+
+
+def rank_difference(
+    rec: _Recorder, ranks: list[RankGraphs], tree: Path, device: str
+) -> tuple[SourceLocation | None, list[str]]:
+    """Where the first graph that differs between ranks parts from rank 0's: the line of the tree
+    that made the first differing node with one, and those nodes ("rank 1: %mul = ..."). A
+    collective: every rank calls it (each holds every rank's hashes); nothing to do where they agree."""
+    mismatch = first_rank_mismatch(ranks)
+    if mismatch is None:
+        return None, []
+    graph, odd = mismatch
+    mine = rec.nodes[graph - 1] if graph <= len(rec.nodes) else []
+    every = gather_lines([f"{node}\t{at}".replace("\n", " ") for node, at in mine], device)
+    sides = [(0, every[0]), (odd[0], every[odd[0]])]
+    texts = [[line.partition("\t")[0] for line in lines] for _, lines in sides]
+    matcher = difflib.SequenceMatcher(a=texts[0], b=texts[1], autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        differing = [(sides[0][0], sides[0][1][i]) for i in range(i1, i2)]
+        differing += [(sides[1][0], sides[1][1][j]) for j in range(j1, j2)]
+        for _, line in differing:
+            at = _location(line.partition("\t")[2], tree)
+            if at is not None and at.in_tree:
+                shown = [f"rank {r}: {text.partition(chr(9))[0]}"[:300] for r, text in differing[:6]]
+                return at, shown
+    return None, []
+
+
 # -- collectives, with the FSDP unit that issued each -----------------------------------------
 
 
-def _unit_of(event: dict[str, Any], regions: list[dict[str, Any]]) -> str | None:
-    """The innermost FSDP:: region around ``event`` on its thread: "FSDP::all_gather (layers.0)"
-    is unit layers.0, a region without a name the root's; None: issued outside FSDP."""
+def _unit_of(event: dict[str, Any], regions: list[dict[str, Any]], by_fqn: dict[str, str]) -> str | None:
+    """The unit whose innermost FSDP:: region on its thread holds ``event``: "FSDP::all_gather
+    (layers.0)" is unit layers.0, "(layers.0, layers.1)" the one unit fully_shard([layers.0,
+    layers.1]) made (``by_fqn`` maps FSDP's names to the units'), a region without a name the
+    root's; None: issued outside FSDP."""
     start, end = event["ts"], event["ts"] + event["dur"]
     inside = [
         r
@@ -236,11 +368,12 @@ def _unit_of(event: dict[str, Any], regions: list[dict[str, Any]]) -> str | None
     if not inside:
         return None
     name = str(max(inside, key=lambda r: r["ts"])["name"])
-    return name[name.index("(") + 1 : name.rindex(")")] if name.endswith(")") and "(" in name else ""
+    fqn = name[name.index("(") + 1 : name.rindex(")")] if name.endswith(")") and "(" in name else ""
+    return by_fqn.get(fqn, fqn)
 
 
 def _op(name: str) -> str:
-    key = name.removeprefix("c10d::").strip("_").replace("_", "")
+    key = name.removeprefix("c10d::").removeprefix("gloo:").strip("_").replace("_", "")
     for stem, op in (
         ("allgather", "all_gather"),
         ("reducescatter", "reduce_scatter"),
@@ -251,30 +384,73 @@ def _op(name: str) -> str:
     return key
 
 
+def _numel(shapes: Any) -> int:
+    shapes = shapes if shapes and isinstance(shapes[0], list) else [shapes]
+    return sum(int(torch.Size(s).numel()) for s in shapes if isinstance(s, list))
+
+
 def _message(args: dict[str, Any]) -> tuple[str, int]:
     """dtype and bytes of the larger of the call's first two tensors: the unsharded message. A
-    coalesced call records its tensors as a "TensorList" without their dtype: 0 bytes, unknown."""
+    call that takes a list of tensors (all_reduce, broadcast) records them as a "TensorList"
+    without their dtype: unknown, 0 bytes (``_listed`` reads them from the backend)."""
     dims, types = args.get("Input Dims") or [], args.get("Input type") or []
     best, dtype = 0, "unknown"
     for d, t in list(zip(dims, types, strict=False))[:2]:
-        shapes = d if d and isinstance(d[0], list) else [d]
-        n = sum(int(torch.Size(s).numel()) for s in shapes if isinstance(s, list))
         size = DTYPE_BYTES.get(str(t).lower(), 0)
-        if n * size >= best:
-            best, dtype = n * size, str(t)
+        if _numel(d) * size >= best:
+            best, dtype = _numel(d) * size, str(t)
     return dtype, best
 
 
-def collectives(events: list[dict[str, Any]], world: int, profiled: int) -> list[UnitCollective]:
+class _Backend:
+    """What the process group itself recorded of each call, for the calls whose tensors the
+    profiler lists without a dtype: NCCL's record_param_comms inside the call (dtype, element
+    counts), or gloo's own ``gloo:<op>`` event on its worker thread (dtype and shapes) of the same
+    op and shapes, the first not yet matched from when the call was issued."""
+
+    def __init__(self, done: list[dict[str, Any]]) -> None:
+        self.nccl = [e for e in done if e.get("name") == "record_param_comms"]
+        self.gloo = sorted(
+            (e for e in done if str(e.get("name", "")).startswith("gloo:")), key=lambda e: e["ts"]
+        )
+        self.used: set[int] = set()
+
+    def message(self, call: dict[str, Any]) -> tuple[str, int]:
+        start, end, tid = call["ts"], call["ts"] + call["dur"], call.get("tid")
+        for e in self.nccl:
+            if e.get("tid") == tid and start <= e["ts"] <= end:
+                args = e.get("args") or {}
+                dtype = str(args.get("dtype", "unknown"))
+                n = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
+                return dtype, n * DTYPE_BYTES.get(dtype.lower(), 0)
+        dims = ((call.get("args") or {}).get("Input Dims") or [[]])[0]
+        for i, e in enumerate(self.gloo):
+            args = e.get("args") or {}
+            if i in self.used or e["ts"] < start or _op(str(e["name"])) != _op(str(call["name"])):
+                continue
+            if args.get("Input Dims") != dims:
+                continue
+            self.used.add(i)
+            dtype = str((args.get("Input type") or ["unknown"])[0])
+            return dtype, _numel(dims) * DTYPE_BYTES.get(dtype.lower(), 0)
+        return "unknown", 0
+
+
+def collectives(
+    events: list[dict[str, Any]], world: int, profiled: int, by_fqn: dict[str, str] | None = None
+) -> list[UnitCollective]:
     done = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), int | float)]
     regions = [e for e in done if str(e.get("name", "")).startswith("FSDP::")]
+    backend = _Backend(done)
     seen: Counter[tuple[str, str | None, str, int]] = Counter()
-    for e in done:
+    for e in sorted(done, key=lambda e: e["ts"]):
         name = str(e.get("name", ""))
         if not name.startswith("c10d::") or "barrier" in name or "wait" in name:
             continue
         dtype, size = _message(e.get("args") or {})
-        seen[(_op(name), _unit_of(e, regions), dtype, size)] += 1
+        if not size:
+            dtype, size = backend.message(e)
+        seen[(_op(name), _unit_of(e, regions, by_fqn or {}), dtype, size)] += 1
     return [
         UnitCollective(
             op=op, unit=unit, dtype=dtype, bytes=size, group_size=world, count=max(1, round(n / profiled))
@@ -309,25 +485,24 @@ def _placements(t: Any) -> tuple[list[str], list[int]]:
     return [], []
 
 
-def layouts(model: torch.nn.Module, calls: _Calls) -> list[ParamLayout]:
-    units = _units(model)
-    owner: dict[int, str] = {}
-    for name, unit in sorted(units.items(), key=lambda kv: -len(kv[0])):  # innermost unit first
-        for p in unit.parameters():
-            owner.setdefault(id(p), name)
+def layouts(model: torch.nn.Module, calls: _Calls, units: Units) -> list[ParamLayout]:
+    """Every parameter's layout (read while the parameters are sharded), the unit FSDP put it in
+    and the workload's line that sharded it: its distribute_tensor, else its unit's fully_shard."""
+    site = {u.name: u.sharded_at for u in units.units}
     out = []
     for name, p in model.named_parameters():
         placements, mesh = _placements(p)
         grad = _placements(p.grad)[0] if p.grad is not None else None
+        unit = units.of_param.get(id(p))
         out.append(
             ParamLayout(
                 name=name,
-                unit=owner.get(id(p)),
+                unit=unit,
                 placements=placements,
                 mesh=mesh,
                 dtype=str(p.dtype).removeprefix("torch."),
                 grad_placements=grad,
-                sharded_at=calls.sites.get(id(p)),
+                sharded_at=calls.sites.get(id(p)) or (site.get(unit) if unit is not None else None),
             )
         )
     return out
@@ -383,6 +558,7 @@ class Built:
         self.inputs = built.inputs
         self.wrapped_by = "workload" if _units(self.model) else "perfcheck"
         self.classes = _shard(self.model, settings, mesh) if self.wrapped_by == "perfcheck" else []
+        self.units: Units | None = None  # after the first forward (layout_pass)
 
 
 def _fsdp_break(lb: break_log.LoggedBreak, tree: Path) -> bool:
@@ -401,13 +577,13 @@ def _memory_mb(device: str) -> float:
 
 def run_variant(
     variant: str, spec: ProbeSpec, settings: FsdpSettings, b: Built, device: str, world: int, out_dir: Path
-) -> tuple[FsdpVariant, list[str]]:
+) -> tuple[FsdpVariant, _Recorder]:
     torch._dynamo.reset()
     counters.clear()
     guard_failures.clear()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    rec = _Recorder(spec.compile.backend)
+    rec = _Recorder(spec.compile.backend, Path(spec.tree))
     net: Any = b.model
     if variant == "compiled_layers":
         layers = [m for name, m in _units(b.model).items() if name] or [b.model]
@@ -439,14 +615,14 @@ def run_variant(
         fsdp_breaks=len(theirs),
         recompiles=max(0, len(rec.hashes) - len(set(rec.codes))),
         graphs=graph_groups(rec, b.model, Path(spec.tree)),
-        collectives=collectives(events, world, PROFILED_STEPS),
+        collectives=collectives(events, world, PROFILED_STEPS, b.units.by_fqn if b.units else None),
         comm_overlap_pct=comm_overlap_pct(events),
         peak_memory_mb=[_memory_mb(device)],
     )
     if variant == "compiled_layers":  # the next variant starts from the plain modules again
         for m in [m for name, m in _units(b.model).items() if name] or [b.model]:
             m._compiled_call_impl = None
-    return metrics, rec.hashes
+    return metrics, rec
 
 
 def layout_pass(
@@ -463,7 +639,8 @@ def layout_pass(
         out = b.model(*b.inputs)
     steps._loss(out).backward()
     outs = [_placements(t)[0] for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, DTensor)]
-    params = layouts(b.model, b.calls)
+    b.units = Units(b.model, b.calls)
+    params = layouts(b.model, b.calls, b.units)
     for p in b.model.parameters():
         p.grad = None
     return params, _merge(moved), outs
@@ -487,32 +664,38 @@ def main(argv: list[str]) -> int:
     variants: list[FsdpVariant] = []
     for variant in settings.variants:
         try:
-            metrics, hashes = run_variant(variant, spec, settings, built, device, world, out_dir)
+            metrics, rec = run_variant(variant, spec, settings, built, device, world, out_dir)
         except Exception as err:  # one variant failing is a finding; the others still run
-            metrics, hashes = FsdpVariant(variant=variant, error=f"{type(err).__name__}: {err}"[:2000]), []
-        ranks = gather_lines(hashes, device)
+            metrics = FsdpVariant(variant=variant, error=f"{type(err).__name__}: {err}"[:2000])
+            rec = _Recorder(spec.compile.backend, tree)
+        hashes = gather_lines(rec.hashes, device)
+        ranks = (
+            [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(hashes)] if variant != "eager" else []
+        )
+        differs_at, differing = rank_difference(rec, ranks, tree, device)
         memory = gather_lines([str(m) for m in metrics.peak_memory_mb], device)
         variants.append(
             metrics.model_copy(
                 update={
-                    "ranks": [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(ranks)]
-                    if variant != "eager"
-                    else [],
+                    "ranks": ranks,
+                    "rank_differs_at": differs_at,
+                    "rank_differing_nodes": differing,
                     "peak_memory_mb": [float(m[0]) for m in memory if m],
                 }
             )
         )
     if rank == 0:
+        units = built.units.units if built.units else []
         result = FsdpMetrics(
             backend=backend,
             world_size=world,
             device=device.split(":")[0],
             wrapped_by=built.wrapped_by,  # type: ignore[arg-type]
             wrap=built.classes,
-            units=sorted(_units(built.model)),
-            reshard_after_forward=settings.reshard_after_forward if built.wrapped_by == "perfcheck" else None,
-            param_dtype=settings.param_dtype,
-            reduce_dtype=settings.reduce_dtype,
+            units=units,
+            reshard_after_forward=shared([u.reshard_after_forward for u in units if u.name]),
+            param_dtype=shared([u.param_dtype for u in units]),
+            reduce_dtype=shared([u.reduce_dtype for u in units]),
             params=params,
             redistributes=moved,
             outputs=outs,

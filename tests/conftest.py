@@ -15,6 +15,7 @@ import pytest
 from fakegithub.fixtures import fake_github  # noqa: F401  (the local GitHub, for any test that asks)
 
 from perfcheck.config import Config, parse_config
+from perfcheck.core import probes as probe_registry
 from perfcheck.review import ReviewRequest, run
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
@@ -130,6 +131,14 @@ def review(tmp_path: Path, fork_servers: ForkServers) -> ReviewFn:
             fork_servers,
         )
         assert comment.startswith("<!-- perfcheck:review -->")
+        # Every finding is of a category its probe says it raises (ProbeKind.raises), which is
+        # what the matrix's per-probe causes and verify commands are checked against.
+        undeclared = [
+            (f.probe, f.category)
+            for f in result.findings
+            if (kind := probe_registry.get(f.probe)) is not None and f.category not in kind.raised()
+        ]
+        assert not undeclared, f"findings of categories their probe does not declare: {undeclared}"
         return result
 
     return _review

@@ -6,6 +6,10 @@ each in a different part of the model: the last layer is of a subclass the wrap 
 name (it loses its own FSDP unit: a layout change and other collectives), the model redistributes
 an activation to Replicate() (a layout change no FX graph shows), and the layers branch on their
 own index (identical layers no longer share one compiled graph).
+
+Then workloads that call fully_shard themselves (SELF_SHARDED): perfcheck's own wrap against
+PyTorch's defaults, and a head that merges two blocks into one unit, adds an all_reduce and
+branches on the rank, each of which the probe once got wrong.
 """
 
 from __future__ import annotations
@@ -104,7 +108,7 @@ def test_identical_trees_have_the_same_layout_collectives_and_graphs(
     assert head.status == "ok", head.message
     m = head.metrics
     assert m["backend"] == "gloo" and m["world_size"] == 2 and m["wrapped_by"] == "perfcheck"
-    assert m["units"] == ["", "layers.0", "layers.1", "layers.2", "layers.3"]
+    assert [u["name"] for u in m["units"]] == ["", "layers.0", "layers.1", "layers.2", "layers.3"]
     assert {tuple(p["placements"]) for p in m["params"]} == {("Shard(dim=0)",)}
     layers = next(v for v in m["variants"] if v["variant"] == "compiled_layers")
     [graphs] = layers["graphs"]
@@ -130,9 +134,12 @@ def test_a_head_that_unwraps_a_layer_redistributes_and_branches_per_layer(
     assert result.verdict == "fail"
     # The last layer's class no longer matches `fsdp.wrap`: its parameters move to the root's unit.
     layout = by["dtensor_layout_changed"]
-    [unwrapped] = [f for f in layout if f.evidence["kind"] == "parameter"]
-    assert unwrapped.evidence["parameter"].startswith("layers.3.")
-    assert "sharded by layers.3 → by the root" in unwrapped.message
+    [unwrapped] = [f for f in layout if f.evidence["kind"] == "unit"]
+    assert unwrapped.evidence["change"] == "unwrapped"
+    assert (
+        "layers.3 has no unit of its own on head: its parameters are sharded by the root" in unwrapped.message
+    )
+    assert not [f for f in layout if f.evidence["kind"] == "parameter"]  # their move is the unit's change
     entry = resolve(unwrapped)
     assert entry is not None and "fsdp.wrap" in entry.cause
     # The activation's redistribute: named at its line, though no FX graph shows it.
@@ -169,3 +176,191 @@ def test_fsdp_settings_are_checked_before_anything_runs() -> None:
     assert parse_config("fsdp:\n  wrap: [DecoderLayer]\n", "perfcheck.yml").plugin_settings["fsdp"].wrap == [  # type: ignore[attr-defined]
         "DecoderLayer"
     ]
+
+
+# -- workloads that shard themselves ----------------------------------------------------------
+
+SELF_SHARDED = """\
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import Shard
+
+SHARD = {shard!r}
+MERGE = {merge}
+ALL_REDUCE = {all_reduce}
+RANK_BRANCH = {rank_branch}
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(32)
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = x + torch.relu(self.fc(self.norm(x)))
+        if RANK_BRANCH and dist.get_rank() == 1:
+            h = h * 0.5
+        return h
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(16, 32)
+        self.layers = nn.ModuleList([Block() for _ in range(4)])
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        if ALL_REDUCE:
+            seen = h.detach().abs().amax().reshape(1)
+            dist.all_reduce(seen, op=dist.ReduceOp.MAX)
+        return self.head(h)
+
+
+def by_columns(param):
+    return Shard(1) if param.ndim == 2 else None
+
+
+def shard(net):
+    if SHARD == "defaults":  # PyTorch's own defaults throughout
+        for layer in net.layers:
+            fully_shard(layer)
+        fully_shard(net)
+    elif SHARD == "own":
+        own = dict(reshard_after_forward=False, mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.float32))
+        if MERGE:
+            fully_shard([net.layers[0], net.layers[1]], shard_placement_fn=by_columns, **own)
+        for layer in net.layers[2 if MERGE else 0 :]:
+            fully_shard(layer, shard_placement_fn=by_columns, **own)
+        fully_shard(net)
+
+
+def build(device):
+    net = Net().to(device)
+    if SHARD != "none" and dist.is_initialized():
+        shard(net)
+    gen = torch.Generator().manual_seed(0)
+    return net, (torch.randn(8, 16, generator=gen).to(device),)
+"""
+
+EAGER_ONLY = CONFIG.replace("variants: [eager, compiled_layers]", "variants: [eager]")
+
+
+def self_sharded(
+    root: Path, shard: str, merge: bool = False, all_reduce: bool = False, rank_branch: bool = False
+) -> Path:
+    body = SELF_SHARDED.format(shard=shard, merge=merge, all_reduce=all_reduce, rank_branch=rank_branch)
+    return write_tree(root, {"model.py": body})
+
+
+def _per_step(variant: dict, op: str) -> int:  # type: ignore[type-arg]
+    return sum(c["count"] for c in variant["collectives"] if c["op"] == op)
+
+
+def _lines(tree: Path, code: str) -> list[int]:
+    """The lines of the tree's model.py that hold ``code``."""
+    return [
+        i for i, text in enumerate((tree / "model.py").read_text().splitlines(), 1) if text.strip() == code
+    ]
+
+
+def test_perfchecks_own_wrap_runs_the_collectives_of_fsdp2s_defaults(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    # base: perfcheck shards the blocks and the root; head: the workload calls fully_shard itself
+    # with nothing but PyTorch's defaults. perfcheck's wrap once passed reshard_after_forward=True
+    # for the root too, so it measured 10 all-gathers a step where FSDP2 runs 9, and recorded the
+    # workload's own reshard_after_forward as null.
+    base, head = self_sharded(tmp_path / "base", "none"), self_sharded(tmp_path / "head", "defaults")
+    result = review(base, head, config=parse_config(EAGER_ONLY, "fsdp-test.yml"), probes=("fsdp",))
+    assert not result.findings, [f.message for f in result.findings]
+    sides = [r.metrics for r in (result.workloads[0].base[0], result.workloads[0].head[0])]
+    assert [m["wrapped_by"] for m in sides] == ["perfcheck", "workload"]
+    for m in sides:
+        [eager] = m["variants"]
+        # Forward gathers each of the 5 units; backward gathers again all but the root's, which
+        # FSDP2 keeps after forward by default.
+        assert (_per_step(eager, "all_gather"), _per_step(eager, "reduce_scatter")) == (9, 5)
+        units = {u["name"]: u for u in m["units"]}
+        assert sorted(units) == ["", "layers.0", "layers.1", "layers.2", "layers.3"]
+        assert [units[n]["reshard_after_forward"] for n in sorted(units)] == [False, True, True, True, True]
+        assert m["reshard_after_forward"] is True  # every unit but the root's
+    perfchecks, workloads = ({u["name"]: u["sharded_at"] for u in m["units"]} for m in sides)
+    assert set(perfchecks.values()) == {None}  # perfcheck's wrap is no line of the tree
+    assert (
+        workloads["layers.2"]["code"] == "fully_shard(layer)" and workloads[""]["code"] == "fully_shard(net)"
+    )
+    assert workloads[""]["line"] == _lines(head, "fully_shard(net)")[0]  # the "defaults" branch
+
+
+def test_a_workload_that_merges_two_blocks_adds_an_all_reduce_and_branches_on_the_rank(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = self_sharded(tmp_path / "base", "own")
+    head = self_sharded(tmp_path / "head", "own", merge=True, all_reduce=True, rank_branch=True)
+    result = fsdp_review(review, base, head)
+    b, h = (r.metrics for r in (result.workloads[0].base[0], result.workloads[0].head[0]))
+    # The workload's own fully_shard lines, for every parameter of the nested blocks too (the
+    # recorder once looked only at parameters directly on the module it was given: none here).
+    [sharded] = _lines(base, "fully_shard(layer, shard_placement_fn=by_columns, **own)")
+    blocks = [p for p in b["params"] if p["name"].startswith("layers.")]
+    assert len(blocks) == 16 and {p["sharded_at"]["line"] for p in blocks} == {sharded}
+    assert {p["sharded_at"]["line"] for p in b["params"] if p["unit"] == ""} == {
+        _lines(base, "fully_shard(net)")[1]
+    }
+    # Its own reshard_after_forward, mixed precision and placements, as FSDP runs them.
+    units = {u["name"]: u for u in b["units"]}
+    assert (
+        units["layers.1"]["reshard_after_forward"] is False and units["layers.1"]["reduce_dtype"] == "float32"
+    )
+    assert units[""]["reshard_after_forward"] is False and units[""]["reduce_dtype"] is None
+    assert b["reshard_after_forward"] is False
+    laid = {p["name"]: p["placements"] for p in b["params"]}
+    assert laid["layers.0.fc.weight"] == ["Shard(dim=1)"] and laid["layers.0.fc.bias"] == ["Shard(dim=0)"]
+    # fully_shard([block0, block1]) is one unit of two modules, and that is a layout change.
+    merged = next(u for u in h["units"] if len(u["modules"]) > 1)
+    assert (merged["name"], merged["modules"], merged["params"]) == (
+        "layers.0 + layers.1",
+        ["layers.0", "layers.1"],
+        8,
+    )
+    assert len(h["units"]) == 4
+    by: dict[str, list] = {}  # type: ignore[type-arg]
+    for f in result.findings:
+        by.setdefault(f.category, []).append(f)
+    [layout] = by["dtensor_layout_changed"]  # the parameters' moves are the units' change
+    assert (layout.evidence["kind"], layout.evidence["change"]) == ("unit", "merged")
+    assert "layers.0 + layers.1 are one unit on head" in layout.message
+    assert layout.location is not None and [layout.location.line] == _lines(
+        head, "fully_shard([net.layers[0], net.layers[1]], shard_placement_fn=by_columns, **own)"
+    )
+    cause = resolve(layout)
+    assert cause is not None and "one `fully_shard([a, b])` now groups" in cause.cause
+    # The collectives: the merged unit named as one, never "layers.0, layers.1"; the all_reduce
+    # with its size (it once had none: "of tensors", byte totals unchanged).
+    [drift] = by["collective_drift"]
+    assert "one unit of 2 modules now: layers.0 + layers.1 (2 units on base)" in drift.message
+    assert all("layers.0, layers.1" not in f.message for f in result.findings)
+    assert "1× all_reduce of 4 B float over 2 ranks (outside FSDP)" in drift.evidence["added"]
+    assert drift.evidence["reading"] == "wrap, outside FSDP"
+    drift_cause = resolve(drift)
+    assert drift_cause is not None and drift_cause.cause.startswith("a unit's wrap changed")
+    assert drift_cause.verify == [
+        f"perfcheck review --base BASE --head HEAD --workloads {drift.workload} --probes fsdp"
+    ]
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "4 units (1 of several modules)" in comment
+    assert "1 all-reduce," in comment and "all-reduces" not in comment
+    # The rank-dependent branch: named at the line whose graph differs between the ranks.
+    [ranks] = by["rank_graph_mismatch"]
+    assert ranks.location is not None and ranks.location.code == "h = h * 0.5"
+    assert ranks.evidence["variant"] == "compiled_layers" and ranks.evidence["ranks"] == [1]
+    assert "rank 1: %h_1" in ranks.evidence["nodes"]
+    rank_cause = resolve(ranks)
+    assert rank_cause is not None and all("--probes fsdp" in v for v in rank_cause.verify)

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
 from pathlib import Path
 
 import pytest
+import yaml
 from fakegithub import FakeGitHub
 
 from perfcheck.bot import acks
 from perfcheck.config import ConfigError, parse_config
-from perfcheck.core.matrix import MatrixError, builtin, merged, parse_matrix, resolve
+from perfcheck.core import probes
+from perfcheck.core.matrix import MatrixError, builtin, merged, parse_matrix, register_probe_entries, resolve
 from perfcheck.core.render import render_comment
-from perfcheck.schema import BUILTIN_CATEGORIES, Finding, SourceLocation, load_review
+from perfcheck.schema import BUILTIN_CATEGORIES, Finding, SourceLocation, categories, load_review
 
 DATA = Path(__file__).parent / "data"
 
@@ -80,6 +84,109 @@ def test_bad_matrix_data_is_refused_clearly() -> None:
         parse_matrix("nonsense: {symptom: s, causes: [a], verify: [x]}", "m.yml")
     with pytest.raises(ConfigError, match="matrix: expected finding categories"):
         parse_config("matrix: {slow: {causes: [x]}}", "p.yml")
+
+
+# core/matrix.yml's collective_drift once read like this: YAML splits an inline list at every
+# comma, the one inside the parentheses too, so the comment showed the cause "DDP's buckets
+# re-split (parameter order" and a bullet "sizes or dtypes changed)".
+SPLIT = "[DDP's buckets re-split (parameter order, sizes or dtypes changed), a collective moved]"
+
+
+def test_a_cause_yaml_split_at_a_comma_is_refused_wherever_an_entry_comes_from() -> None:
+    entry = f"collective_drift: {{title: t, symptom: s, causes: {SPLIT}, verify: [x]}}"
+    assert len(yaml.safe_load(entry)["collective_drift"]["causes"]) == 3  # what YAML makes of it
+    with pytest.raises(
+        MatrixError, match=r"collective_drift\.causes\.0: one cause or command per item; .*opens '\('"
+    ):
+        parse_matrix(entry, "m.yml")
+    # A command split the same way, a rule's cause, a probe's own entry, a project's own entry.
+    with pytest.raises(MatrixError, match=r"recompile\.verify\.0: .*opens '\('"):
+        parse_matrix(
+            "recompile: {title: t, symptom: s, causes: [c], verify: [perfcheck review (a, b)]}", "m.yml"
+        )
+    rule = "{when: {a: b}, cause: '`x'}"
+    with pytest.raises(MatrixError, match=r"recompile\.rules\.0\.cause: .*backtick"):
+        parse_matrix(
+            f"recompile: {{title: t, symptom: s, causes: [c], verify: [v], rules: [{rule}]}}", "m.yml"
+        )
+    with pytest.raises(MatrixError, match=r"probe p: collective_drift\.causes\.0: .*opens '\('"):
+        register_probe_entries("p", {"collective_drift": {"causes": yaml.safe_load(SPLIT)}}, "probe p")
+    with pytest.raises(ConfigError, match=r"matrix\.collective_drift\.causes.*opens '\('"):
+        parse_config(f"matrix:\n  collective_drift:\n    causes: {SPLIT}\n", "p.yml")
+    # Written one per line, the same cause is one cause.
+    whole = parse_matrix(
+        "collective_drift:\n  title: t\n  symptom: s\n  causes:\n"
+        "    - DDP's buckets re-split (parameter order, sizes or dtypes changed)\n  verify: [x]\n",
+        "m.yml",
+    )
+    assert whole["collective_drift"].causes == [
+        "DDP's buckets re-split (parameter order, sizes or dtypes changed)"
+    ]
+
+
+def _shown(category: str, probe: str, **evidence: str) -> str:
+    """The comment's section for one finding of ``category`` raised by ``probe``: its message and
+    its entry as the comment shows it (cause, verify command, docs, the other causes and checks)."""
+    review = load_review(DATA / "demo-result.json")
+    f = Finding(
+        category=category,  # type: ignore[arg-type]
+        severity="error",
+        workload="classifier",
+        probe=probe,
+        message="m",
+        evidence={"side": "head", **evidence},
+        location=SourceLocation(path="model.py", line=17),
+    )
+    comment = render_comment(review.model_copy(update={"findings": [f]}))
+    return comment[comment.index("**1. ") :]
+
+
+def _reviews(section: str) -> list[list[str]]:
+    """The commands shown that run a perfcheck review, as words."""
+    spans = [c.split() for c in re.findall(r"`([^`]+)`", section)]
+    return [w for w in spans if any(a == "perfcheck" and b == "review" for a, b in itertools.pairwise(w))]
+
+
+KINDS = [(kind.name, category) for kind in probes.built_in() for category in kind.raised()]
+
+
+def test_every_category_is_raised_by_a_probe_that_says_so() -> None:
+    assert {c for _, c in KINDS} == set(categories())
+
+
+@pytest.mark.parametrize(("probe", "category"), KINDS, ids=[f"{p}-{c}" for p, c in KINDS])
+def test_every_verify_command_of_every_category_runs_the_probe_that_raised_it(
+    probe: str, category: str
+) -> None:
+    section = _shown(category, probe)
+    assert "Likely cause: " in section, section
+    for words in _reviews(section):
+        assert "--probes" in words, words
+        assert probe in words[words.index("--probes") + 1].split(","), (
+            f"{probe}/{category}: {' '.join(words)}"
+        )
+    if probe == "fsdp":
+        # FSDP's findings are explained as FSDP's: no DDP bucket, no ddp probe, no DDP notes.
+        assert "DDP" not in section and "ddp" not in section, section
+
+
+def test_a_shared_category_is_explained_as_the_probe_that_raised_it() -> None:
+    ddp, fsdp = _shown("collective_drift", "ddp"), _shown("collective_drift", "fsdp")
+    assert "DDP's buckets re-split (parameter order, sizes or dtypes changed)" in ddp
+    assert "--probes ddp`" in ddp and "notes/ddp.html" in ddp
+    assert "fully_shard" in fsdp and "`reshard_after_forward`" in fsdp and "MixedPrecisionPolicy" in fsdp
+    assert "--probes fsdp`" in fsdp and "fsdp.fully_shard.html" in fsdp
+    outside = _shown("collective_drift", "fsdp", reading="outside FSDP")
+    assert "Likely cause: the model's own code runs a collective outside FSDP's units" in outside
+    assert "--probes fsdp`" in _shown("rank_graph_mismatch", "fsdp")
+    assert "--probes ddp`" in _shown("rank_graph_mismatch", "ddp")
+    # A project's own cause comes first for every probe that raises the category.
+    config = parse_config("matrix:\n  collective_drift:\n    causes: [our comm hook]\n", "p.yml")
+    for probe in ("ddp", "fsdp"):
+        f = finding("collective_drift").model_copy(update={"probe": probe})
+        resolved = resolve(f, merged(config.matrix))
+        assert resolved is not None and resolved.cause == "our comm hook"
+        assert any(f"--probes {probe}" in v for v in resolved.verify)
 
 
 def test_the_demo_review_shows_each_findings_entry() -> None:

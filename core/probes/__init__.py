@@ -35,7 +35,14 @@ def register(kind: ProbeKind) -> ProbeKind:
         raise ValueError(
             f"probe {kind.name}: category {bad[0]!r}: expected lowercase letters, digits and '_'"
         )
+    unknown = [c for c in kind.raises if c not in categories()]
+    if unknown:
+        raise ValueError(f"probe {kind.name}: raises {unknown[0]!r}, which is no finding category")
+    stray = [c for c in kind.entries if c not in kind.raises]
+    if stray:
+        raise ValueError(f"probe {kind.name}: an entry for {stray[0]!r}, which it does not raise")
     matrix.register_entries(dict(kind.categories), f"probe {kind.name}")  # validated first
+    matrix.register_probe_entries(kind.name, dict(kind.entries), f"probe {kind.name}")
     register_categories(list(kind.categories))
     _REGISTRY[kind.name] = kind
     return kind

@@ -138,4 +138,5 @@ PROBE = ProbeKind(
     summary="matmul/conv-class ops left in fp32 under autocast, autocast-boundary breaks, fp32 GEMMs",
     compare=compare,
     rows=rows,
+    raises=("amp_fp32_fallback",),
 )

@@ -495,4 +495,11 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),  # torch rejecting a side's code is compared too
+    raises=(
+        "graph_break_added",
+        "graph_break_removed",
+        "recompile",
+        "compile_latency_regression",
+        "compile_failed",
+    ),
 )

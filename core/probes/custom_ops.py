@@ -86,4 +86,5 @@ PROBE = ProbeKind(
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
     compare=compare,
     rows=rows,
+    raises=("custom_op_check_failed",),
 )

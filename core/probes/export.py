@@ -151,4 +151,5 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),
+    raises=("export_ir_changed", "export_op_denied", "export_failed", "export_fixed"),
 )

@@ -7,6 +7,11 @@ workload table, the probe's fragment of every report). The runner side registers
 function that runs it (``runner/probes/base.py``). Adding a probe touches its own files and one
 registry line.
 
+Every probe names the categories of the shared vocabulary its comparator raises (``raises``), so
+that each category's cause and verify command can be checked against each probe that raises it;
+where a shared category means something else from this probe (``collective_drift`` from FSDP's
+units, not DDP's buckets) its descriptor carries its own entry for it (``entries``).
+
 A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
 carries more in its descriptor, since no built-in file knows it: its settings model (the config
 section under its name), its metrics model (``ProbeResult.metrics``, validated against it), its
@@ -50,6 +55,10 @@ Compare = Callable[[str, ProbeResult, ProbeResult, Config], Compared]
 Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
 
 
+# Findings core/compare.py raises for whichever probe's process crashed or hung.
+EVERY_PROBE = ("probe_crashed", "probe_timeout")
+
+
 @dataclass(frozen=True)
 class ProbeKind:
     name: str
@@ -65,6 +74,16 @@ class ProbeKind:
     metrics: type[BaseModel] | None = None  # what ProbeResult.metrics holds for it
     categories: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # category -> entry
     run: str | None = None  # "module:function" of its run function, for the worker
+    # The shared categories (schema.py's vocabulary) its comparator raises, besides its own.
+    raises: tuple[str, ...] = ()
+    # Its own root-cause entries for some of those: partial matrix entries (symptom, causes,
+    # verify, docs, rules) that replace the category's for this probe's findings.
+    entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def raised(self) -> tuple[str, ...]:
+        """Every category a finding of this probe can have: what it raises, its own categories and
+        the crash or time-out of its process (core/compare.py, for any probe)."""
+        return (*self.raises, *self.categories, *EVERY_PROBE)
 
     def metrics_of(self, result: ProbeResult) -> BaseModel | None:
         """The result's plugin metrics as the probe's own model; None when it has none.

@@ -135,4 +135,5 @@ PROBE = ProbeKind(
     name="profile",
     summary="a profiler pass of its own: per-kernel time, added and removed kernels, time breakdown",
     compare=compare,
+    raises=("kernel_mix_changed",),
 )

@@ -352,4 +352,5 @@ PROBE = ProbeKind(
     paired=True,
     compare=compare,
     rows=rows,
+    raises=("throughput_regression", "host_overhead_regression", "memory_regression", "environment_mismatch"),
 )
