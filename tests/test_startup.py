@@ -107,7 +107,7 @@ def test_a_trace_error_is_still_bad_input_on_the_fast_path(tmp_path: Path) -> No
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
     done, modules = imported("trace", "summary", str(bad))
-    assert done.returncode == 2 and "bad.json: not a readable Kineto trace" in done.stderr
+    assert done.returncode == 2 and "bad.json: not a Kineto trace: the file is not JSON" in done.stderr
     assert heavy(modules) == []
 
 

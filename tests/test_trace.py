@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import perfcheck_cli
 
 from perfcheck import trace_cli
 from perfcheck.core.trace import (
@@ -272,13 +273,13 @@ def test_a_bare_event_array_and_metadata_after_the_events(tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("content", "complaint"),
     [
-        (b"<html>", "expected '{'"),
-        (b'{"traceName": "x"}', "no traceEvents"),
-        (b'{"traceEvents": 5}', "expected '['"),
+        (b"<html>", "the file is not JSON (it begins with '<')"),
+        (b'{"traceName": "x"}', "the object has no traceEvents array"),
+        (b'{"traceEvents": 5}', "its traceEvents is a number, not an array"),
         (b'{"traceEvents": [{"ph": "X"}, {"ph": ', "invalid JSON"),
         (b'{"traceEvents": [{"ph": "X"} {"ph": "X"}]}', "expected ','"),
         (gzip.compress(b'{"traceEvents": [{"ph": "X"}]}', mtime=0)[:-12], "not a readable Kineto trace"),
-        (b"\xff\xfe\x00", "not a readable Kineto trace"),
+        (b"\xff\xfe\x00", "the file is not JSON (it begins with the byte 0xff)"),
     ],
 )
 def test_unreadable_traces_name_the_file(tmp_path: Path, content: bytes, complaint: str) -> None:
@@ -373,6 +374,99 @@ def test_cli_bad_input_exits_2_naming_the_file(tmp_path: Path, capsys: pytest.Ca
     assert run_cli(["trace", "diff", str(good), str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"perfcheck trace: {bad}: ")
+
+
+# Valid JSON that no profiler writes, and what the refusal says it is (issue 30). A trace is an
+# object whose traceEvents array holds events (objects with a "ph"), or the bare array of them.
+NOT_TRACES = [
+    ("[1,2,3]", "the array holds no trace event"),
+    ("[]", "the array holds no trace event"),
+    ('[{"foo":1}]', "the array holds no trace event"),
+    ('{"traceEvents":[1,"a",null]}', "its traceEvents array holds no trace event"),
+    ('{"traceEvents":[]}', "its traceEvents array holds no trace event"),
+    ('{"traceEvents":[{"ph":5,"name":"x","ts":1,"dur":2}]}', "its traceEvents array holds no trace event"),
+    ('{"traceEvents":{"ph":"X"}}', "its traceEvents is an object, not an array"),
+    ("{}", "the object has no traceEvents array"),
+    ('{"schema":"1.0.1","nodes":[{"name":"x","id":2}]}', "the object has no traceEvents array"),
+    ('"trace"', "the file is a string"),
+    ("null", "the file is null"),
+    ("nothing", "the file is not JSON (it begins with 'n')"),
+    ('{"traceEvents": nope}', "its traceEvents is not JSON (it begins with 'n'), not an array"),
+]
+
+
+@pytest.mark.parametrize(("content", "complaint"), NOT_TRACES)
+def test_json_that_is_not_a_trace_is_refused_saying_what_a_trace_is(
+    tmp_path: Path, content: str, complaint: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    good = write_trace(tmp_path / "good.json", CPU_EVENTS)
+    for argv in (
+        ["summary", str(bad)],
+        ["diff", str(good), str(bad)],
+        ["diff", str(bad), str(good), "--json"],
+    ):
+        done = perfcheck_cli("trace", *argv)  # the real command: no traceback, no table, exit 2
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr == (
+            f"perfcheck trace: {bad}: not a Kineto trace: {complaint}; expected a PyTorch profiler "
+            '(Kineto) trace: a JSON object whose "traceEvents" array holds trace events (objects '
+            'with a "ph" field)\n'
+        )
+
+
+@pytest.mark.parametrize(
+    ("events", "complaint"),
+    [
+        ('[{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":1e400}]', "a time out of range"),
+        (
+            "["
+            + "".join(f'{{"ph":"X","cat":"cpu_op","name":"a","ts":1,"dur":1e308,"tid":{t}}},' for t in (1, 2))
+            + "{}]",
+            "a time out of range",  # each finite, their sum not
+        ),
+        ('[{"ph":"X"},' + "[" * 100_000 + "]" * 100_000 + "]", "values nested too deeply"),
+    ],
+)
+def test_values_no_measurement_has_are_bad_input_not_a_traceback(
+    tmp_path: Path, events: str, complaint: str
+) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text(f'{{"traceEvents": {events}}}')
+    for json_flag in ([], ["--json"]):
+        done = perfcheck_cli("trace", "summary", str(bad), *json_flag)
+        assert done.returncode == 2 and complaint in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_step_number_that_is_a_digit_but_no_decimal_is_no_step_number(tmp_path: Path) -> None:
+    # "²" is a digit to str.isdigit and no number to int(): the step is numbered by its order.
+    path = write_trace(
+        tmp_path / "steps.json", [op("ProfilerStep#²", "user_annotation", 0, 100), step(7, 100)]
+    )
+    assert summarize(path, steps="all").analysed == (0, 7)
+
+
+def test_the_smallest_traces_torch_writes_are_read(tmp_path: Path) -> None:
+    """What torch's profiler writes for nothing at all, for CPU ops without steps, and torch's
+    EventList export (a bare array of events): traces, each read."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    x = torch.randn(4, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as empty:
+        pass
+    empty.export_chrome_trace(str(tmp_path / "empty.json"))
+    with profile(activities=[ProfilerActivity.CPU]) as ops:
+        (x @ x).relu()
+    ops.export_chrome_trace(str(tmp_path / "ops.json"))
+    ops.events().export_chrome_trace(str(tmp_path / "eventlist.json"))
+    assert (tmp_path / "eventlist.json").read_text().startswith("[{")
+    assert summarize(tmp_path / "empty.json").ops == ()
+    assert "aten::mm" in {o.name for o in summarize(tmp_path / "ops.json").cpu_ops}
+    assert summarize(tmp_path / "eventlist.json").events > 0
+    for name in ("empty.json", "ops.json", "eventlist.json"):
+        assert perfcheck_cli("trace", "summary", str(tmp_path / name)).returncode == 0
 
 
 @pytest.mark.parametrize("command", [[], ["summary"], ["diff"]])

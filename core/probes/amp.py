@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import (
     AmpMetrics,
     AmpOp,
@@ -126,7 +126,7 @@ def rows(ba: ProbeResult | None, ha: ProbeResult | None, wl: WorkloadReview) -> 
 
         dtype = next((r.amp.dtype for r in (ha, ba) if r and r.amp), "low precision")
         rows.append(Row(f"matmul/conv ops under {dtype} autocast", fp32(ba), fp32(ha), ""))
-    return rows
+    return settled(rows, ba, ha)
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:

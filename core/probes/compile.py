@@ -8,7 +8,7 @@ from collections import Counter
 
 from perfcheck.config import Config
 from perfcheck.core import compile_latency, deltas
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, settled, status_cell
 from perfcheck.schema import (
     CompileLatencyChange,
     CompileMetrics,
@@ -449,7 +449,7 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                 else "",
             )
         )
-    return rows
+    return settled(rows, bc, hc)
 
 
 def _latency_rows(

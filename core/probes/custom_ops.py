@@ -7,7 +7,7 @@ way on both sides is old news, still shown so it is not forgotten (warning).
 from __future__ import annotations
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
@@ -74,7 +74,7 @@ def rows(bo: ProbeResult | None, ho: ProbeResult | None, wl: WorkloadReview) -> 
             return f"{sum(o.ok for o in ops)} of {len(ops)} pass"
 
         rows.append(Row("custom ops (opcheck)", passing(bo), passing(ho), ""))
-    return rows
+    return settled(rows, bo, ho)
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:

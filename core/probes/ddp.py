@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
 
 
@@ -145,7 +145,7 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
 
         ranks = f"{world} rank{'s' if world != 1 else ''}"
         rows.append(Row(f"DDP {name} ({ranks})", cell(b, bd), cell(h, hd), ""))
-    return rows
+    return settled(rows, bd, hd)
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, settled
 from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
 
 MAX_DIFF_LINES = 120
@@ -131,17 +131,13 @@ def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> 
         hx = he.export if he else None
 
         def ir(r: ProbeResult | None) -> str:
-            if r is None:
+            if r is None or r.export is None or r.export.graph_sha256 is None:
                 return "—"
-            if r.status == "failed":
-                return "fails"
-            if r.export is None or r.export.graph_sha256 is None:
-                return r.status
             return f"{r.export.graph_sha256[:10]} ({sum(r.export.op_counts.values())} ops)"
 
         same = bx is not None and hx is not None and bx.graph_sha256 and bx.graph_sha256 == hx.graph_sha256
         rows.append(Row("export IR", ir(be), ir(he), "=" if same else ("changed" if bx and hx else "")))
-    return rows
+    return settled(rows, be, he)
 
 
 PROBE = ProbeKind(

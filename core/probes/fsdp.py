@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
 from perfcheck.core.probes.ddp import first_rank_mismatch
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import Finding, GraphBreak, ProbeResult, RankGraphs, SourceLocation, WorkloadReview
 
 Variant = Literal["eager", "compiled_layers", "compiled_model"]
@@ -660,7 +660,7 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
         out.append(
             Row(f"FSDP {name}", _cell(bv.get(name), bd, wrapped), _cell(hv.get(name), hd, wrapped), "")
         )
-    return out
+    return settled(out, bd, hd)
 
 
 _VERIFY = "perfcheck review --base {base} --head {head} --workloads {workload} --probes fsdp"

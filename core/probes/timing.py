@@ -8,7 +8,7 @@ from statistics import median
 
 from perfcheck.config import Config
 from perfcheck.core import deltas
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.core.stats import worth_warning
 from perfcheck.core.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
 from perfcheck.schema import (
@@ -342,7 +342,7 @@ def _bytes(n: float) -> str:
 def rows(bt: ProbeResult | None, ht: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     if bt is None and ht is None:
         return []
-    return _timing_rows(bt, ht, wl.timing)
+    return settled(_timing_rows(bt, ht, wl.timing), bt, ht)
 
 
 PROBE = ProbeKind(

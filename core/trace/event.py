@@ -26,7 +26,7 @@ class Args(msgspec.Struct, gc=False):
 class Event(msgspec.Struct, gc=False):
     """The fields of one trace event that the analyses need."""
 
-    ph: str = ""
+    ph: str = ""  # the event's phase ("X" complete, "M" metadata, ...): "" for an object that is no event
     cat: str | None = None
     name: str = ""
     ts: float | None = None
@@ -85,7 +85,7 @@ def to_event(raw: dict[str, Any]) -> Event:
         fields = Args(_integer(args.get("stream")), _integer(args.get("correlation")))
     ph, cat, name = get("ph", ""), get("cat"), get("name", "")
     return Event(
-        ph=ph if ph.__class__ is str else str(ph),
+        ph=ph if ph.__class__ is str else "",  # a phase is a string: anything else is none
         cat=cat if cat.__class__ is str else None,
         name=name if name.__class__ is str else str(name),
         ts=_number(get("ts")),

@@ -6,6 +6,13 @@ array are decoded a window at a time, by msgspec straight into ``Event`` (only t
 analyses use: the rest of each event is skipped, never built as Python objects). Memory stays at
 a window of bytes and the events decoded from it, whatever the size of the file.
 
+A trace is what the PyTorch profiler writes: a JSON object whose ``traceEvents`` array holds
+trace events (objects with a ``ph``, the event's phase, which every Chrome trace event has), or
+the bare array of events that the Chrome trace format also allows (torch's legacy profiler writes
+it). Other values are tolerated among the events, as fields of odd types are, but an array that
+holds no trace event at all is no trace: valid JSON that is something else (``[1, 2, 3]``,
+``[{"foo": 1}]``, ``[]``) is refused, not read as an empty profile.
+
 What does not fit that fast path is still read exactly: a window whose values have other types
 (a name that is a number, a stream written as a string) is decoded generically and converted
 event by event; a value that cannot be cut out of a window (a huge event, metadata before the
@@ -38,8 +45,25 @@ _ANY = msgspec.json.Decoder()
 _DECODER = json.JSONDecoder()
 
 
+# What a trace is, for the message that refuses something else.
+EXPECTED = (
+    'expected a PyTorch profiler (Kineto) trace: a JSON object whose "traceEvents" array holds '
+    'trace events (objects with a "ph" field)'
+)
+
+
 class TraceError(ValueError):
     """A trace that cannot be read; the message names the file and says what is wrong."""
+
+
+class _NotATrace(ValueError):
+    """A document (valid JSON or not) that is not shaped as a trace; says what was found instead."""
+
+
+def _shown(got: bytes) -> str:
+    if not got:
+        return "the end of the file"
+    return repr(chr(got[0])) if got[0] < 0x80 else f"the byte 0x{got[0]:02x}"
 
 
 def _text_prefix(data: bytes) -> str:
@@ -50,6 +74,10 @@ def _text_prefix(data: bytes) -> str:
         if err.reason != "unexpected end of data":
             raise  # not a cut sequence: the bytes are not UTF-8
         return data[: err.start].decode("utf-8")
+
+
+_KINDS = {b"{": "an object", b"[": "an array", b'"': "a string"}
+_LITERALS = {b"n": (b"null", "null"), b"t": (b"true", "a boolean"), b"f": (b"false", "a boolean")}
 
 
 class _Window:
@@ -82,9 +110,23 @@ class _Window:
     def take(self, expected: bytes) -> None:
         got = self.peek()
         if got != expected:
-            shown = repr(chr(got[0])) if got else "the end of the file"
-            raise ValueError(f"expected {chr(expected[0])!r}, found {shown}")
+            raise ValueError(f"expected {chr(expected[0])!r}, found {_shown(got)}")
         self.pos += 1
+
+    def what(self) -> str:
+        """What the JSON value that starts here is, in words, read no further than its first bytes."""
+        got = self.peek()
+        if got in _KINDS:
+            return _KINDS[got]
+        if got and got in b"-0123456789":
+            return "a number"
+        if got in _LITERALS:
+            literal, words = _LITERALS[got]
+            if len(self.buf) - self.pos < len(literal) and not self.eof:
+                self.more(len(literal))
+            if self.buf.startswith(literal, self.pos):
+                return words
+        return f"not JSON (it begins with {_shown(got)})"
 
     def value(self) -> Any:
         """Decode the next JSON value, reading more while it runs past the window.
@@ -166,23 +208,40 @@ def _array(window: _Window) -> Iterator[list[Event]]:
         window.take(b",")
 
 
+def _events(window: _Window, where: str) -> Iterator[list[Event]]:
+    """The batches of the events array at the window, refused at its end if none of them held a
+    trace event: the check costs a look at a batch's first events until one has a phase."""
+    found = False
+    for events in _array(window):
+        if not found:
+            found = any(e.ph for e in events)
+        yield events
+    if not found:
+        raise _NotATrace(f"{where} holds no trace event")
+
+
 def _batches(window: _Window) -> Iterator[list[Event]]:
     # The chrome trace format also allows a bare array of events; Kineto writes the object form.
-    if window.peek() == b"[":
-        yield from _array(window)
+    first = window.peek()
+    if first == b"[":
+        yield from _events(window, "the array")
         return
+    if first != b"{":
+        raise _NotATrace(f"the file is {window.what()}")
     window.take(b"{")
     if window.peek() == b"}":
-        raise ValueError("no traceEvents array")
+        raise _NotATrace("the object has no traceEvents array")
     while True:
         key = window.value()
         window.take(b":")
         if key == "traceEvents":
-            yield from _array(window)
+            if window.peek() != b"[":
+                raise _NotATrace(f"its traceEvents is {window.what()}, not an array")
+            yield from _events(window, "its traceEvents array")
             return
         window.value()  # metadata beside the events (deviceProperties, distributedInfo, ...)
         if window.peek() == b"}":
-            raise ValueError("no traceEvents array")
+            raise _NotATrace("the object has no traceEvents array")
         window.take(b",")
 
 
@@ -205,6 +264,11 @@ def iter_batches(path: Path, chunk_bytes: int = CHUNK_BYTES) -> Iterator[list[Ev
     with stream:
         try:
             yield from _batches(_Window(stream, chunk_bytes))
+        except _NotATrace as err:
+            raise TraceError(f"{path}: not a Kineto trace: {err}; {EXPECTED}") from None
+        except RecursionError:
+            # The generic decoder recurses per level of nesting; no profiler nests this deep.
+            raise TraceError(f"{path}: not a readable Kineto trace: values nested too deeply") from None
         except (ValueError, OSError, EOFError, zlib.error) as err:
             # gzip and UTF-8 errors surface here too; all mean the same to the user.
             raise TraceError(f"{path}: not a readable Kineto trace: {err}") from None

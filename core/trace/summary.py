@@ -207,7 +207,8 @@ class _Columns:
         self.step_ts.append(ts)
         self.step_end.append(ts + dur)
         number = name.rpartition("#")[2]
-        self.step_ids.append(int(number) if number.isdigit() else len(self.step_ids))
+        # isdecimal, not isdigit: "²" is a digit that int() refuses.
+        self.step_ids.append(int(number) if number.isdecimal() else len(self.step_ids))
 
 
 def _hta_rounded(ev: Event) -> Event:
@@ -376,4 +377,17 @@ def summarize(path: Path, hta_rounding: bool = False, steps: str | None = None) 
         raise TraceError(
             f"{path}: not a readable Kineto trace: a stream or correlation id out of range"
         ) from None
-    return _summary(columns, steps)
+    summary = _summary(columns, steps)
+    if not _finite(summary):
+        # A time such as 1e400 decodes as infinity, and huge ones add up to it: no measurement.
+        raise TraceError(f"{path}: not a readable Kineto trace: a time out of range (not a finite number)")
+    return summary
+
+
+def _finite(s: TraceSummary) -> bool:
+    """Whether every figure of ``s`` is a finite number."""
+    b = s.breakdown
+    figures = [op.total_us for op in s.kernels + s.cpu_ops]
+    figures += [b.span_us, b.idle_us, b.compute_us, b.non_compute_us] if b else []
+    figures += [s.comm_overlap_pct] if s.comm_overlap_pct is not None else []
+    return all(map(math.isfinite, figures))

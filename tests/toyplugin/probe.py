@@ -6,7 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 
 
@@ -54,14 +54,13 @@ def compare(workload: str, base: ProbeResult, head: ProbeResult, config: Config)
 
 def rows(base: ProbeResult | None, head: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     b, h = _metrics(base), _metrics(head)
-    return [
-        Row(
-            "parameters (toy)",
-            status_cell(base) or (str(b.parameters) if b else "—"),
-            status_cell(head) or (str(h.parameters) if h else "—"),
-            f"{h.parameters - b.parameters:+d}" if b and h else "",
-        )
-    ]
+    row = Row(
+        "parameters (toy)",
+        status_cell(base) or (str(b.parameters) if b else "—"),
+        status_cell(head) or (str(h.parameters) if h else "—"),
+        f"{h.parameters - b.parameters:+d}" if b and h else "",
+    )
+    return settled([row], base, head)  # a side that did not finish: its status, never a figure
 
 
 PROBE = ProbeKind(

@@ -1,0 +1,146 @@
+"""A side that did not finish shows its status, never a figure (issue 30, item 5): where torch
+rejects the head's code (or a probe crashed, timed out or was skipped), that side's cells and
+every Δ of the probe's rows say so, instead of `-100 %` or `-1` computed against a side that
+measured nothing. Reproduced from real torch code: a custom op whose fake kernel gives the wrong
+shape, which torch.compile and torch.export both raise on."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from conftest import ReviewFn, write_tree
+
+from perfcheck.core.probes.kind import Row
+from perfcheck.core.render import render_comment, workload_rows
+from perfcheck.schema import ProbeStatus, WorkloadReview
+
+ROWNORM = """\
+import torch
+from torch import nn
+
+
+@torch.library.custom_op("perfcheck_failed_sides::rownorm", mutates_args=())
+def rownorm(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True)
+
+
+@rownorm.register_fake
+def _(x):
+    {fake}
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 128)
+        self.norm = nn.LayerNorm(128)
+        self.out = nn.Linear(128, 4)
+
+    def forward(self, x):
+        h = self.fc(x)
+        h = rownorm(h)
+        h = self.norm(h)
+        return self.out(h)
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(8, 16).to(device),)
+"""
+
+STATUSES: tuple[ProbeStatus, ...] = ("failed", "crashed", "timeout", "skipped")
+
+
+def table(comment: str) -> list[Row]:
+    """The workload table's rows as the comment renders them (markdown escapes undone)."""
+    rows = []
+    for line in comment.splitlines():
+        if line.startswith("| ") and not line.startswith("| | base"):
+            cells = [c.strip().replace("\\", "") for c in line.strip().strip("|").split(" | ")]
+            rows.append(Row(*cells))
+    return rows
+
+
+def assert_settled(rows: list[Row], side: str, status: str, other: dict[str, str]) -> None:
+    """Every row shows ``status`` in ``side``'s cell and the statuses in its Δ, no figure;
+    ``other`` gives each row's other side's status by metric ("ok" where it finished)."""
+    assert rows
+    for row in rows:
+        cell = row.head if side == "head" else row.base
+        assert cell == status, row
+        theirs = other[row.metric]
+        pair = (theirs, status) if side == "head" else (status, theirs)
+        expected = status if theirs in ("ok", status) else " / ".join(pair)
+        assert row.delta == expected, row
+        assert not re.search(r"\d", row.delta), row
+
+
+def test_a_head_that_torch_compile_rejects_shows_failed_in_every_delta(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = write_tree(
+        tmp_path / "base", {"model.py": ROWNORM.replace("{fake}", "return torch.empty_like(x)")}
+    )
+    # The fake kernel says (N, 1) where the op returns (N, 128): torch.compile and torch.export
+    # both raise inside torch at the LayerNorm that follows.
+    broken = "return x.new_empty((x.shape[0], 1))"
+    head = write_tree(tmp_path / "head", {"model.py": ROWNORM.replace("{fake}", broken)})
+    result = review(base, head)  # the default probes (compile, export, timing) and what they call for
+    [wl] = result.workloads
+    status = {(r.side, r.probe): r.status for r in [*wl.base, *wl.head]}
+    assert status["head", "compile"] == status["head", "export"] == "failed"
+    assert status["head", "timing"] == "failed" and status["base", "timing"] == "skipped"
+    assert status["base", "compile"] == status["base", "export"] == "ok"
+
+    rows = {row.metric: (row.base, row.head, row.delta) for row in table(render_comment(result))}
+    # The rows the issue saw with a number against the failed head, and the others of its probes.
+    assert rows["graphs / breaks"] == ("1 / 0", "failed", "failed")
+    assert rows["recompiles"] == ("1", "failed", "failed")
+    [cold] = [cells for metric, cells in rows.items() if metric.startswith("cold compile")]
+    assert cold[0].endswith(" s") and cold[1:] == ("failed", "failed")
+    assert rows["export IR"][0].endswith(" ops)") and rows["export IR"][1:] == ("failed", "failed")
+    assert rows["step time"] == ("skipped", "failed", "skipped / failed")
+    for b, h, delta in rows.values():
+        if h == "failed" or b == "skipped":
+            assert delta in ("failed", "skipped / failed"), (b, h, delta)
+        assert "%" not in delta, (b, h, delta)
+
+    # Whatever a side's status, every row of its probe says it: each side in turn, each status,
+    # over the results this review recorded (the metrics they carry stay, the status decides).
+    for side in ("head", "base"):
+        for new in STATUSES:
+            changed = wl.model_copy(
+                update={side: [r.model_copy(update={"status": new}) for r in getattr(wl, side)]}
+            )
+            other = "base" if side == "head" else "head"
+            theirs = {r.probe: r.status for r in getattr(changed, other)}
+            for r in getattr(changed, side):
+                one = changed.model_copy(
+                    update={side: [r], other: [x for x in getattr(changed, other) if x.probe == r.probe]}
+                )
+                probe_rows = workload_rows(one)
+                assert_settled(
+                    probe_rows, side, new, {row.metric: theirs.get(r.probe, "ok") for row in probe_rows}
+                )
+
+
+def test_every_probe_shows_a_side_that_did_not_finish_in_its_cells_and_deltas() -> None:
+    """Each built-in probe's rows, with figures on both sides (DDP's only where it has a variant)
+    and then one side's status changed: its cells and every Δ say the status."""
+    from perfcheck.core import probes
+    from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult
+
+    ddp = DdpMetrics(backend="gloo", world_size=2, variants=[DdpVariantMetrics(variant="eager", step_ms=1.0)])
+    kinds = [k for k in probes.kinds() if k.rows is not None]
+    assert {"compile", "export", "timing", "ddp", "fsdp", "amp", "custom_ops"} <= {k.name for k in kinds}
+    for kind in kinds:
+        base = ProbeResult(probe=kind.name, workload="w", side="base", status="ok", duration_s=1.0, ddp=ddp)
+        for new in STATUSES:
+            head = base.model_copy(update={"side": "head", "status": new})
+            rows = workload_rows(WorkloadReview(name="w", base=[base], head=[head]))
+            assert_settled(rows, "head", new, {row.metric: "ok" for row in rows})
+            base_side = head.model_copy(update={"side": "base"})
+            head_side = base.model_copy(update={"side": "head"})
+            rows = workload_rows(WorkloadReview(name="w", base=[base_side], head=[head_side]))
+            assert_settled(rows, "base", new, {row.metric: "ok" for row in rows})
