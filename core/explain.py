@@ -65,8 +65,54 @@ CAUSES: dict[str, Callable[[Finding], str]] = {
 }
 
 
+# Root causes and the failures that follow from them: shown under the cause, not counted again.
+# A custom op whose fake (meta) kernel disagrees with the real one makes tracing see wrong shapes,
+# so torch.compile and torch.export fail a line or two later, in the user's code or inside torch.
+FOLDS: dict[str, tuple[str, ...]] = {"custom_op_check_failed": ("compile_failed", "export_failed")}
+TRACERS = {"compile_failed": "torch.compile", "export_failed": "torch.export"}
+
+
+def _root(f: Finding) -> bool:
+    """Whether ``f`` is a root cause its FOLDS follow from: a fake-kernel check that fails anew."""
+    from perfcheck.core.probes.custom_ops import fake_check
+
+    return f.severity == "error" and fake_check(str(f.evidence.get("check", "")))
+
+
+def fold(findings: list[Finding]) -> list[Finding]:
+    """``findings`` with the failures that follow from a root cause moved under it."""
+    roots = [f for f in findings if f.category in FOLDS and _root(f)]
+    if not roots:
+        return findings
+    root = roots[0]
+    follow = [f for f in findings if f.category in FOLDS[root.category] and f.severity == "error"]
+    if not follow:
+        return findings
+    words = ", ".join(
+        f"{TRACERS.get(f.category, f.category)} fails"
+        + (f" at {f.location.path}:{f.location.line}" if f.location else "")
+        for f in follow
+    )
+    ops = ", ".join(dict.fromkeys(str(r.evidence.get("op", "")) for r in roots))
+    out = []
+    for f in findings:
+        if f in follow:
+            continue
+        if f is root:
+            f = f.model_copy(
+                update={
+                    "message": f"{f.message}; tracing fails on it: {words} (shown here, not counted again)",
+                    "evidence": {**f.evidence, "follows": "\n".join(g.message for g in follow), "ops": ops},
+                }
+            )
+        out.append(f)
+    return out
+
+
 def explain(findings: list[Finding]) -> list[Finding]:
-    """``findings`` of one workload, each measured one naming the structural findings beside it."""
+    """``findings`` of one workload, each measured one naming the structural findings beside it,
+    and what follows from a root cause folded under it."""
+    findings = fold(findings)
     causes = [CAUSES[f.category](f) for f in findings if f.category in CAUSES]
     if not causes:
         return findings

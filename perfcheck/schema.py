@@ -349,6 +349,9 @@ class CustomOpCheck(_Strict):
         default=None, description="e.g. test_faketensor, test_aot_dispatch_dynamic"
     )
     message: str | None = None
+    fake_at: SourceLocation | None = Field(
+        default=None, description="where the op's fake (meta) kernel is registered, when it has one"
+    )
 
 
 class CustomOpMetrics(_Strict):

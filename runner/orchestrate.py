@@ -745,7 +745,11 @@ def _follow_ups(
     run: ReviewRun, wanted: list[tuple[WorkloadConfig, str]], done: list[ProbeResult]
 ) -> list[tuple[WorkloadConfig, str]]:
     """Probes the first results call for: custom_ops on a workload whose exported graph (on either
-    side) calls a custom op, where its probes were left to the defaults."""
+    side) calls a custom op, or where torch.compile or torch.export failed on a side (a custom op's
+    fake kernel that disagrees with the real one stops both: opcheck names the op, where the
+    exported graph that would have shown it never came), where its probes were left to the
+    defaults. Its eager step finds the custom ops the workload calls; where there are none it
+    says so and nothing more."""
     from perfcheck.core.probes.custom_ops import custom_ops_in_export
 
     out = []
@@ -753,8 +757,10 @@ def _follow_ups(
         planned = {p for w, p in wanted if w.name == wl.name}
         if "custom_ops" not in follow_up_probes(run.config, wl, planned, run.probes):
             continue
-        exports = [r for r in done if r.workload == wl.name and r.probe == "export"]
-        if any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
+        mine = [r for r in done if r.workload == wl.name]
+        exports = [r for r in mine if r.probe == "export"]
+        rejected = any(r.status == "failed" and r.probe in ("compile", "export") for r in mine)
+        if rejected or any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
             out.append((wl, "custom_ops"))
     return out
 

@@ -2,7 +2,9 @@
 rejects the head's code (or a probe crashed, timed out or was skipped), that side's cells and
 every Δ of the probe's rows say so, instead of `-100 %` or `-1` computed against a side that
 measured nothing. Reproduced from real torch code: a custom op whose fake kernel gives the wrong
-shape, which torch.compile and torch.export both raise on."""
+shape, which torch.compile and torch.export both raise on; the same review shows that failure
+traced to the op (opcheck's finding at its `register_fake`, the compile and export failures
+folded under it)."""
 
 from __future__ import annotations
 
@@ -93,7 +95,23 @@ def test_a_head_that_torch_compile_rejects_shows_failed_in_every_delta(
     assert status["head", "timing"] == "failed" and status["base", "timing"] == "skipped"
     assert status["base", "compile"] == status["base", "export"] == "ok"
 
-    rows = {row.metric: (row.base, row.head, row.delta) for row in table(render_comment(result))}
+    # The failure is traced to its custom op (item 5): opcheck ran because torch rejected a side,
+    # and its one finding names the op, the check and the fake kernel's registration; the compile
+    # and export failures a line later are folded under it, not counted again.
+    [finding] = [f for f in result.findings if f.severity == "error"]
+    assert finding.category == "custom_op_check_failed"
+    assert finding.evidence["op"] == "perfcheck_failed_sides::rownorm"
+    assert finding.evidence["check"] == "test_faketensor"
+    assert finding.location is not None and finding.location.path == "model.py"
+    assert finding.location.code == "@rownorm.register_fake"
+    line = ROWNORM.splitlines().index("        h = self.norm(h)") + 1
+    assert f"torch.compile fails at model.py:{line}" in finding.message
+    assert f"torch.export fails at model.py:{line}" in finding.message
+    assert not [f for f in result.findings if f.category in ("compile_failed", "export_failed")]
+    comment = render_comment(result)
+    assert "1 regression" in comment and "--probes custom_ops" in comment
+
+    rows = {row.metric: (row.base, row.head, row.delta) for row in table(comment)}
     # The rows the issue saw with a number against the failed head, and the others of its probes.
     assert rows["graphs / breaks"] == ("1 / 0", "failed", "failed")
     assert rows["recompiles"] == ("1", "failed", "failed")

@@ -430,7 +430,7 @@ def test_a_workload_that_declares_amp_gets_the_amp_probe() -> None:
 
 GOLDEN = Path(__file__).parent / "golden" / "demo-comment.md"
 # What each command reproduces, by the probe it runs: the finding of the demo it verifies.
-REPRODUCES = {"compile": "New graph break", "export": "Exported IR changed", "profile": None}
+REPRODUCES = {"compile": "New graph break", "export": "Exported IR changed", "timing": "Slower steps"}
 
 
 def test_the_golden_comments_verify_commands_run_as_printed(tmp_path: Path) -> None:

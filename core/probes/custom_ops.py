@@ -37,6 +37,12 @@ def check_name(c: CustomOpCheck) -> str:
     return c.failed_check or NO_CHECK
 
 
+def fake_check(check: str) -> bool:
+    """opcheck's checks that compare the fake (meta) kernel with the real one: when one fails,
+    tracing (torch.compile, torch.export) sees shapes the real op does not make."""
+    return "fake" in check or "aot_dispatch" in check
+
+
 def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
     h = head.custom_ops
     if h is None:
@@ -58,6 +64,8 @@ def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Co
                 message=f"custom op {c.op} fails opcheck's {check_name(c)}"
                 + (" (still failing: it does on base too)" if still else ""),
                 evidence={"op": c.op, "check": check_name(c), "message": c.message or "", "on_base": still},
+                # Where the kernel the check disagrees with is registered: the line to fix.
+                location=c.fake_at if fake_check(check_name(c)) else None,
             )
         )
     return out

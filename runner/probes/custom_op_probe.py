@@ -8,7 +8,10 @@ real one on the shapes, dtypes and devices the model really uses, not on made-up
 
 from __future__ import annotations
 
+import inspect
+import traceback
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -17,8 +20,9 @@ from torch.utils._pytree import tree_map
 
 from perfcheck.core.probes.custom_ops import is_custom
 from perfcheck.runner import step as steps
+from perfcheck.runner.locate import to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
-from perfcheck.schema import CustomOpCheck, CustomOpMetrics
+from perfcheck.schema import CustomOpCheck, CustomOpMetrics, SourceLocation
 from perfcheck.spec import ProbeSpec
 
 MESSAGE_LIMIT = 2000
@@ -81,13 +85,41 @@ def summarize(op: str, results: dict[str, Any]) -> CustomOpCheck:
     return CustomOpCheck(op=op, ok=False, failed_check=check, message=message)
 
 
-def opcheck(op: torch._ops.OpOverload, call: Call) -> CustomOpCheck:
+def opcheck(op: torch._ops.OpOverload, call: Call, tree: Path | None = None) -> CustomOpCheck:
     args, kwargs = call
     try:
         results = torch.library.opcheck(op, args, kwargs, raise_exception=False)
     except Exception as err:  # opcheck refusing the op is itself the result, not a probe crash
         return CustomOpCheck(op=op_label(op), ok=False, message=f"opcheck could not run: {describe(err)}")
-    return summarize(op_label(op), results)
+    check = summarize(op_label(op), results)
+    if not check.ok and tree is not None:
+        check = check.model_copy(update={"fake_at": fake_kernel_at(op._schema.name, tree)})
+    return check
+
+
+def fake_kernel_at(qualname: str, tree: Path) -> SourceLocation | None:
+    """Where ``qualname``'s fake kernel is registered: the function a ``torch.library.custom_op``
+    took with ``register_fake`` (its first line, the decorator's), else the call that registered it
+    through ``torch.library.register_fake``, as torch records it (``file:line``)."""
+    from torch._library import custom_ops, simple_registry
+
+    opdef = custom_ops.OPDEFS.get(qualname)
+    fn = getattr(opdef, "_abstract_fn", None)
+    if fn is not None:
+        try:
+            path = inspect.getsourcefile(fn)
+            line = inspect.getsourcelines(fn)[1]
+        except (OSError, TypeError):
+            path = None
+        if path:
+            return to_location(traceback.FrameSummary(path, line, fn.__name__), tree)
+    kernel = simple_registry.singleton.find(qualname).fake_impl.kernel
+    source = getattr(kernel, "source", None)
+    if isinstance(source, str) and ":" in source:
+        path, _, line_text = source.rpartition(":")
+        if line_text.isdigit():
+            return to_location(traceback.FrameSummary(path, int(line_text), "register_fake"), tree)
+    return None
 
 
 def registered_ops(namespaces: list[str]) -> list[str]:
@@ -118,7 +150,8 @@ class CustomOpProbe:
                 raise
             details["step_error"] = describe(err)
 
-        checks = [opcheck(op, call) for op, call in sorted(recorder.calls.items(), key=lambda kv: str(kv[0]))]
+        calls = sorted(recorder.calls.items(), key=lambda kv: str(kv[0]))
+        checks = [opcheck(op, call, Path(spec.tree)) for op, call in calls]
         if configured:
             called = {op._schema.name for op in recorder.calls}
             # opcheck needs real arguments; an op the workload never calls has none to offer.
