@@ -360,9 +360,9 @@ def _bisected(runs: list[tuple[str, ProbeRun]], review: Review) -> BisectDoc | N
     """The shards' bisections as one, reduced to what this review found (core.bisect.kept)."""
     try:
         merged = bisect_search.merge([r.bisect for _, r in runs if r.bisect is not None])
+        return None if merged is None else bisect_search.kept(merged, review.findings, review.head.revision)
     except ValueError as err:
         raise ShardError(str(err)) from None
-    return None if merged is None else bisect_search.kept(merged, review.findings, review.head.revision)
 
 
 def report(
