@@ -57,7 +57,9 @@ def _request(args: argparse.Namespace) -> object:
     from perfcheck.review import ReviewRequest, parse_shard
 
     # Before any probe runs: a first adoption's perfcheck.yml is the PR's as committed.
-    settings = read_settings(args.config, args.base, args.head)
+    # Outside Actions a config being written (not yet committed) is the one tried.
+    in_actions = os.environ.get("GITHUB_ACTIONS") == "true"
+    settings = read_settings(args.config, args.base, args.head, committed_only=in_actions)
     return ReviewRequest(
         base=args.base,
         head=args.head,

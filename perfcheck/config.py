@@ -697,16 +697,19 @@ def review_config(explicit: Path | None, base: Path | None, head: Path | None) -
     return found.config, found.origin
 
 
-def read_settings(explicit: Path | None, base: Path | None, head: Path | None) -> ReviewSettings:
+def read_settings(
+    explicit: Path | None, base: Path | None, head: Path | None, *, committed_only: bool = True
+) -> ReviewSettings:
     """``--config``, else base's perfcheck.yml (the gate: a PR must not loosen its own), else the
-    PR's own when base has none yet (the first PR adds it: first_adoption_config, as committed),
-    else the built-in workload."""
+    PR's own when base has none yet (the first PR adds it: first_adoption_config, as committed;
+    with ``committed_only`` off, as the tree has it where that differs), else the built-in
+    workload."""
     if explicit is not None:
         return ReviewSettings(load_config(explicit, None), "given")
     found = find_config(base) if base is not None and base.is_dir() else None
     if found is not None:
         return ReviewSettings(load_config(found, None), "base")
-    own = head_config_text(head) if head is not None and head.is_dir() else None
+    own = head_config_text(head, committed_only) if head is not None and head.is_dir() else None
     if own is not None:
         text, source = own
         return ReviewSettings(first_adoption_config(text, source), "head", text)
@@ -742,12 +745,14 @@ def _committed(tree: Path, name: str) -> bytes | None:
     return done.stdout if done.returncode == 0 else None
 
 
-def head_config_text(head: Path) -> tuple[str, str] | None:
+def head_config_text(head: Path, committed_only: bool = True) -> tuple[str, str] | None:
     """The PR's perfcheck.yml and the name to show for it, or None: from the head commit where the
     head tree is a git checkout, else from the tree. Called before any probe runs, so what the
     review follows is what the PR committed, not what its code wrote into the tree afterwards;
-    a tree that disagrees with its commit is refused rather than guessed between."""
-    if not _git_top(head):
+    a tree that disagrees with its commit is refused rather than guessed between. Without
+    ``committed_only`` (a review outside GitHub Actions: someone trying the config they are
+    writing) the tree's text is followed, and its name says it is not committed."""
+    if not _git_top(head) or not committed_only:
         path = find_config(head)
         if path is None:
             return None

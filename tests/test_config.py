@@ -147,6 +147,9 @@ def test_a_first_adoptions_config_is_the_head_commits_and_a_tree_that_differs_is
     (head / "perfcheck.yml").write_text("workloads: [{name: b, entry: mlp-tiny}]\n")
     with pytest.raises(ConfigError, match=r"perfcheck.yml: differs from the head commit's perfcheck.yml"):
         read_settings(None, base, head)
+    # Outside Actions (the command line's choice) the config being written is the one tried.
+    tried = read_settings(None, base, head, committed_only=False)
+    assert tried.config.workloads[0].name == "b" and tried.origin == "head"
     git(head, "rm", "-q", "--cached", "perfcheck.yml")
     git(head, "commit", "-q", "-m", "untrack")
     with pytest.raises(ConfigError, match="not in the head commit"):
