@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from perfcheck.bisect_schema import BisectDoc
+from perfcheck.bisect_schema import BisectDoc, Commit
 from perfcheck.core.markdown import cell, code
 from perfcheck.schema import Finding
 
@@ -156,7 +156,7 @@ def merge(docs: list[BisectDoc]) -> BisectDoc | None:
         return None
     first = docs[0]
     for d in docs[1:]:
-        if (d.good, d.bad, d.commits) != (first.good, first.bad, first.commits):
+        if (d.good, d.bad, d.commits, d.span) != (first.good, first.bad, first.commits, first.span):
             raise ValueError(
                 f"shards bisected different ranges ({first.good.sha[:10]}..{first.bad.sha[:10]} and "
                 f"{d.good.sha[:10]}..{d.bad.sha[:10]})"
@@ -171,12 +171,73 @@ def merge(docs: list[BisectDoc]) -> BisectDoc | None:
     )
 
 
+def range_problems(doc: BisectDoc) -> list[str]:
+    """Why ``doc`` is not a search of its own range, or [] when it is: ``span`` runs from good to
+    bad with ``commits`` after good, and every commit an entry blames or clears lies in it, under
+    the subject and author the span gives it, in the order a search finds them (the last good
+    commit before the first bad one). The document comes from the job that ran PR code: without
+    this, it could blame any SHA, of any range, under any name."""
+    span = doc.span
+    if not span:
+        return ["span: expected the commits of good..bad, got none"]
+    problems = []
+    if span[0] != doc.good or span[-1] != doc.bad:
+        problems.append("span: expected to run from good to bad")
+    if len(span) != doc.commits + 1:
+        problems.append(f"span: expected {doc.commits + 1} commits (good, then `commits`), got {len(span)}")
+    index = {c.sha: i for i, c in enumerate(span)}
+    if len(index) != len(span):
+        problems.append("span: a commit appears twice")
+
+    def at(commit: Commit | None, where: str) -> int | None:
+        if commit is None:
+            return None
+        i = index.get(commit.sha)
+        if i is None:
+            problems.append(f"{where}: {commit.sha[:12]} is not a commit of the range searched")
+        elif span[i] != commit:
+            problems.append(f"{where}: {commit.sha[:12]} shown under another subject or author")
+        return i
+
+    for n, f in enumerate(doc.findings):
+        where = f"findings[{n}]"
+        good, bad = at(f.last_good, f"{where}.last_good"), at(f.first_bad, f"{where}.first_bad")
+        candidates = [at(c, f"{where}.candidates[{k}]") for k, c in enumerate(f.candidates)]
+        why = _out_of_order(f.outcome, good, bad, [c for c in candidates if c is not None])
+        if why:
+            problems.append(f"{where}: {why}")
+    problems += [
+        f"skipped[{n}]: {s.sha[:12]} is not a commit of the range searched"
+        for n, s in enumerate(doc.skipped)
+        if s.sha not in index
+    ]
+    return problems
+
+
+def _out_of_order(outcome: str, good: int | None, bad: int | None, candidates: list[int]) -> str | None:
+    """Why an entry's commits (indices into the span) are not what a search of ``outcome`` ends at."""
+    if outcome == "present_at_good":
+        return None if bad == 0 else "expected first_bad to be good, where it was present already"
+    if outcome in ("found", "unfinished") and (bad is None or good is None or not good < bad):
+        return "expected a last good commit before the first bad one"
+    if outcome == "ambiguous" and (
+        good is None or len(candidates) < 2 or candidates != sorted(set(candidates)) or candidates[0] <= good
+    ):
+        return "expected two or more candidates, in order, after the last good commit"
+    return None
+
+
 def kept(doc: BisectDoc, findings: list[Finding], head_revision: str | None) -> BisectDoc | None:
     """What of a probe job's document the review may show: it was written where the PR's code
     ran, so only a search of this head (when its commit is known) and only entries for findings
-    the review itself found, each once."""
+    the review itself found, each once. ValueError when it is no search of its own range
+    (range_problems)."""
     if head_revision is not None and doc.bad.sha != head_revision:
         return None
+    problems = range_problems(doc)
+    if problems:
+        shown = "; ".join(problems[:5]) + (f" and {len(problems) - 5} more" if len(problems) > 5 else "")
+        raise ValueError(f"bisect: not a search of {doc.good.sha[:10]}..{doc.bad.sha[:10]}: {shown}")
     known = {t.key for f in findings for t in targets(f)}
     seen: set[str] = set()
     entries = []

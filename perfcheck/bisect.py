@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from perfcheck.bisect_schema import BisectDoc, Commit, Located, Skipped
+from perfcheck.bisect_schema import MAX_COMMITS, BisectDoc, Commit, Located, Skipped
 from perfcheck.config import Config, WorkloadConfig
 from perfcheck.core import bisect as search
 from perfcheck.core import probes as probe_kinds
@@ -176,6 +176,10 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
     good = resolve(repo, request.good, "--good")
     bad = resolve(repo, request.bad, "--bad")
     shas = first_parent_range(repo, good, bad)
+    if len(shas) > MAX_COMMITS + 1:
+        raise UsageError(
+            f"{len(shas) - 1} commits between --good and --bad: at most {MAX_COMMITS} are searched"
+        )
     out = request.out_dir
     trees_dir = out / "trees"
 
@@ -233,7 +237,9 @@ def _search(
     base (a PR's merge base), so a finding may be there already; it is probed first. No probe run
     starts after ``budget_s``: what is not narrowed down by then is `unfinished`. ``timing``: the
     timing probe's findings are searched too (else listed as not bisected)."""
-    shas, repo, n = span.shas, span.repo, len(span.shas) - 1
+    shas, n = span.shas, len(span.shas) - 1
+    # Every commit the document names is one of these, read once: the report checks it so.
+    commits = [commit_info(span.repo, sha) for sha in shas]
     deadline = None if budget_s is None else time.monotonic() + budget_s
     workloads = {w.name: w for w in run.workloads}
     bases = {w.name: w for w in reference}
@@ -263,7 +269,7 @@ def _search(
         if base is None or wl is None:
             continue
         if check_good and n > 0 and (at_good := present_at(0, wl, base)):
-            located += [_at_good(s, shas, repo) for s in searches if s.target.key in at_good]
+            located += [_at_good(s, commits) for s in searches if s.target.key in at_good]
             searches = [s for s in searches if s.target.key not in at_good]
         while (index := search.next_index(searches)) is not None:
             if deadline is not None and time.monotonic() > deadline:
@@ -271,11 +277,12 @@ def _search(
             present = present_at(index, wl, base)
             for s in searches:
                 s.record(index, None if present is None else s.target.key in present)
-        located += [_located(s, shas, repo, budget_s) for s in searches]
+        located += [_located(s, commits, budget_s) for s in searches]
     return BisectDoc(
-        good=commit_info(repo, shas[0]),
-        bad=commit_info(repo, shas[-1]),
+        good=commits[0],
+        bad=commits[-1],
         commits=n,
+        span=commits,
         probes=list(run.probes) or sorted({probe for _, probe in paths}),
         findings=located,
         skipped=[Skipped(sha=shas[i], workload=w, why=why) for (i, w), why in sorted(skipped.items())],
@@ -325,6 +332,9 @@ def bisect_probed(
         return None
     if mode == "auto" and len(shas) <= 2:
         progress("not bisected: the pull request has one commit")
+        return None
+    if len(shas) > MAX_COMMITS + 1:
+        progress(f"not bisected: {len(shas) - 1} commits, more than the {MAX_COMMITS} a search covers")
         return None
     trees_dir = request.out_dir / "bisect-trees"
 
@@ -393,7 +403,7 @@ def _not_bisected(f: Finding, timing: bool) -> Located:
     )
 
 
-def _at_good(s: search.Search, shas: list[str], repo: Path) -> Located:
+def _at_good(s: search.Search, commits: list[Commit]) -> Located:
     t = s.target
     return Located(
         key=t.key,
@@ -402,16 +412,16 @@ def _at_good(s: search.Search, shas: list[str], repo: Path) -> Located:
         workload=t.workload,
         probe=t.probe,
         outcome="present_at_good",
-        first_bad=commit_info(repo, shas[0]),
+        first_bad=commits[0],
         probe_runs=1,
         note="already at the merge base: the base branch changed since this PR branched off (merge or "
         "rebase it onto the base branch)",
     )
 
 
-def _located(s: search.Search, shas: list[str], repo: Path, budget_s: float | None = None) -> Located:
+def _located(s: search.Search, commits: list[Commit], budget_s: float | None = None) -> Located:
     t = s.target
-    last_good = commit_info(repo, shas[s.good])
+    last_good = commits[s.good]
     common: dict[str, Any] = {
         "key": t.key,
         "label": t.label,
@@ -426,7 +436,7 @@ def _located(s: search.Search, shas: list[str], repo: Path, budget_s: float | No
         return Located(
             **common,
             outcome="unfinished",
-            first_bad=commit_info(repo, shas[s.bad]),
+            first_bad=commits[s.bad],
             note=f"the time budget ({budget_s or 0:.0f} s) ran out with {between} commit"
             f"{'s' if between != 1 else ''} between the last good one and this one unprobed",
         )
@@ -435,7 +445,7 @@ def _located(s: search.Search, shas: list[str], repo: Path, budget_s: float | No
     return Located(
         **common,
         outcome="ambiguous" if ambiguous else "found",
-        first_bad=None if ambiguous else commit_info(repo, shas[s.bad]),
-        candidates=[commit_info(repo, shas[i]) for i in candidates] if ambiguous else [],
+        first_bad=None if ambiguous else commits[s.bad],
+        candidates=[commits[i] for i in candidates] if ambiguous else [],
         note="skipped commits lie between the last good and the first bad one" if ambiguous else None,
     )

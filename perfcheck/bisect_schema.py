@@ -18,6 +18,7 @@ Outcome = Literal["found", "ambiguous", "not_bisected", "present_at_good", "unfi
 # Bounds for a document read from another job: more than any real search produces.
 MAX_ITEMS = 500
 MAX_TEXT = 2000
+MAX_COMMITS = 5000  # a longer range is not bisected (perfcheck.bisect says so)
 
 
 class _Strict(BaseModel):
@@ -70,6 +71,13 @@ class BisectDoc(_Strict):
     good: Commit
     bad: Commit
     commits: int = Field(ge=1, description="first-parent commits after good, bad included")
+    span: list[Commit] = Field(
+        default=[],
+        max_length=MAX_COMMITS + 1,
+        description="the range searched: good, then each first-parent commit after it up to bad. "
+        "Every commit an entry names must be one of these, as given here, in an order the search can "
+        "have found (the report refuses a document that is not)",
+    )
     probes: list[str] = Field(max_length=100)
     findings: list[Located] = Field(max_length=MAX_ITEMS)
     skipped: list[Skipped] = Field(default=[], max_length=MAX_ITEMS)

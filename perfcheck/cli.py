@@ -53,15 +53,19 @@ def _names(value: str) -> tuple[str, ...]:
 
 
 def _request(args: argparse.Namespace) -> object:
-    from perfcheck.config import review_config
+    from perfcheck.config import read_settings
     from perfcheck.review import ReviewRequest, parse_shard
 
-    config, origin = review_config(args.config, args.base, args.head)
+    # Before any probe runs: a first adoption's perfcheck.yml is the PR's as committed.
+    # Outside Actions a config being written (not yet committed) is the one tried.
+    in_actions = os.environ.get("GITHUB_ACTIONS") == "true"
+    settings = read_settings(args.config, args.base, args.head, committed_only=in_actions)
     return ReviewRequest(
         base=args.base,
         head=args.head,
-        config=config,
-        config_origin=origin,
+        config=settings.config,
+        config_origin=settings.origin,
+        head_config=settings.head_text,
         out_dir=args.out,
         device=args.device,
         workloads=args.workloads,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import difflib
 import re
+import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -563,7 +565,7 @@ def _describe(err: ValidationError, source: str, under: tuple[str, ...] = ()) ->
     return "\n".join(lines)
 
 
-def parse_config(text: str, source: str) -> Config:
+def _load_yaml(text: str, source: str) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -580,7 +582,14 @@ def parse_config(text: str, source: str) -> Config:
     if "plugin_settings" in data or "source" in data:
         key = "plugin_settings" if "plugin_settings" in data else "source"
         raise ConfigError(f"{source}: {key}: unknown key")
-    data = dict(data)
+    return dict(data)
+
+
+def parse_config(text: str, source: str) -> Config:
+    return _validate(_load_yaml(text, source), source)
+
+
+def _validate(data: dict[str, Any], source: str) -> Config:
     sections = _plugin_sections(data, source)  # takes the plugins' sections out of data
     data["plugin_settings"] = sections
     try:
@@ -588,6 +597,48 @@ def parse_config(text: str, source: str) -> Config:
         return Config.model_validate({**data, "source": source}, strict=True)
     except ValidationError as err:
         raise ConfigError(_describe(err, source)) from None
+
+
+# A first adoption (base has no perfcheck.yml, so the PR's own is followed) is judged by settings
+# the PR wrote. The trusted report job reads them too, so none of them may make it run, write or
+# accept anything the PR chooses, nor judge more loosely than perfcheck does with no file at all.
+FIRST_ADOPTION_REFUSED = {
+    "plugins": "the trusted report job would import the modules it names",
+    "history": "the trusted report job would write the file it names",
+    "acks": "they would accept findings of the PR that adds them",
+}
+# (section, key, "at most" | "at least"): the default is the loosest value a first adoption may set.
+_NEVER_LOOSER = (
+    *(("budgets", k, "at most") for k in BudgetsConfig.model_fields if k.startswith("max_")),
+    ("timing", "confidence", "at least"),  # a narrower interval passes a regression sooner
+    ("profile", "min_change_pct", "at most"),  # a higher threshold hides kernel changes
+)
+
+
+def first_adoption_config(text: str, source: str) -> Config:
+    """The PR's own perfcheck.yml where base has none, parsed so that it cannot widen the gate:
+    no key of FIRST_ADOPTION_REFUSED (checked before any plugin is imported), and no budget
+    looser than the default. ConfigError names the key and what a first adoption may set."""
+    data = _load_yaml(text, source)
+    for key, why in FIRST_ADOPTION_REFUSED.items():
+        if key in data:
+            raise ConfigError(
+                f"{source}: {key}: not read from a pull request's own perfcheck.yml while the base "
+                f"branch has none (a first adoption): {why}. Remove it here and add it to the base "
+                "branch's perfcheck.yml once this one is merged"
+            )
+    config = _validate(data, source)
+    defaults = Config()
+    for section, key, bound in _NEVER_LOOSER:
+        got, default = getattr(getattr(config, section), key), getattr(getattr(defaults, section), key)
+        if (got > default) if bound == "at most" else (got < default):
+            raise ConfigError(
+                f"{source}: {section}.{key}: expected {bound} {default:g} (the default) in a first "
+                f"adoption, got {got:g}: while the base branch has no perfcheck.yml, the pull request "
+                "that adds one cannot judge itself more loosely than perfcheck's defaults; loosen it "
+                "in a later pull request, which the base branch's copy then gates"
+            )
+    return config
 
 
 def _plugin_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
@@ -626,17 +677,116 @@ def find_config(tree: Path) -> Path | None:
     return None
 
 
+# The most of a perfcheck.yml the probe job carries to the report job (ProbeRun.head_config).
+MAX_CONFIG_CHARS = 256 * 1024
+
+
+@dataclass(frozen=True)
+class ReviewSettings:
+    """The settings of a review, where they came from (a ``ConfigOrigin``) and, where they are the
+    PR's own, their text, read before any of the PR's code ran (the report job gets that copy)."""
+
+    config: Config
+    origin: str
+    head_text: str | None = None
+
+
 def review_config(explicit: Path | None, base: Path | None, head: Path | None) -> tuple[Config, str]:
-    """The settings of a review and where they came from (a ``ConfigOrigin``): ``--config``, else
-    base's perfcheck.yml (the gate: a PR must not loosen its own), else the PR's own when base has
-    none yet (the first PR adds it), else the built-in workload."""
+    """read_settings' config and origin."""
+    found = read_settings(explicit, base, head)
+    return found.config, found.origin
+
+
+def read_settings(
+    explicit: Path | None, base: Path | None, head: Path | None, *, committed_only: bool = True
+) -> ReviewSettings:
+    """``--config``, else base's perfcheck.yml (the gate: a PR must not loosen its own), else the
+    PR's own when base has none yet (the first PR adds it: first_adoption_config, as committed;
+    with ``committed_only`` off, as the tree has it where that differs), else the built-in
+    workload."""
     if explicit is not None:
-        return load_config(explicit, None), "given"
-    for origin, tree in (("base", base), ("head", head)):
-        found = find_config(tree) if tree is not None and tree.is_dir() else None
-        if found is not None:
-            return load_config(found, None), origin
-    return Config(), "built-in"
+        return ReviewSettings(load_config(explicit, None), "given")
+    found = find_config(base) if base is not None and base.is_dir() else None
+    if found is not None:
+        return ReviewSettings(load_config(found, None), "base")
+    own = head_config_text(head, committed_only) if head is not None and head.is_dir() else None
+    if own is not None:
+        text, source = own
+        return ReviewSettings(first_adoption_config(text, source), "head", text)
+    return ReviewSettings(Config(), "built-in")
+
+
+def _git_top(tree: Path) -> bool:
+    """Whether ``tree`` is the top of a git checkout."""
+    try:
+        done = subprocess.run(
+            ["git", "-C", str(tree), "rev-parse", "--show-toplevel"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0 and Path(done.stdout.strip()).resolve() == tree.resolve()
+
+
+def _committed(tree: Path, name: str) -> bytes | None:
+    """``name`` as the checkout's HEAD commit holds it (no replace refs), or None."""
+    try:
+        done = subprocess.run(
+            ["git", "--no-replace-objects", "-C", str(tree), "cat-file", "blob", f"HEAD:{name}"],
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout if done.returncode == 0 else None
+
+
+def head_config_text(head: Path, committed_only: bool = True) -> tuple[str, str] | None:
+    """The PR's perfcheck.yml and the name to show for it, or None: from the head commit where the
+    head tree is a git checkout, else from the tree. Called before any probe runs, so what the
+    review follows is what the PR committed, not what its code wrote into the tree afterwards;
+    a tree that disagrees with its commit is refused rather than guessed between. Without
+    ``committed_only`` (a review outside GitHub Actions: someone trying the config they are
+    writing) the tree's text is followed, and its name says it is not committed."""
+    if not _git_top(head) or not committed_only:
+        path = find_config(head)
+        if path is None:
+            return None
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ConfigError(f"{path}: cannot read config ({err})") from None
+        return _bounded(text, str(path)), str(path)
+    committed = next(((n, t) for n in CONFIG_NAMES if (t := _committed(head, n)) is not None), None)
+    on_disk = find_config(head)
+    if committed is None:
+        if on_disk is not None:
+            raise ConfigError(
+                f"{on_disk}: not in the head commit; while the base branch has no perfcheck.yml the "
+                "review follows the head commit's: commit it, or pass --config"
+            )
+        return None
+    name, blob = committed
+    source = f"{head / name} (as committed)"
+    if on_disk is None or on_disk != head / name or on_disk.read_bytes() != blob:
+        raise ConfigError(
+            f"{on_disk or head / name}: differs from the head commit's {name}; while the base branch has "
+            "no perfcheck.yml the review follows the head commit's: commit the change, or pass --config"
+        )
+    try:
+        return _bounded(blob.decode("utf-8"), source), source
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: cannot read config ({err})") from None
+
+
+def _bounded(text: str, source: str) -> str:
+    if len(text) > MAX_CONFIG_CHARS:
+        raise ConfigError(f"{source}: expected at most {MAX_CONFIG_CHARS} characters, got {len(text)}")
+    return text
 
 
 def load_config(explicit: Path | None, tree: Path | None) -> Config:

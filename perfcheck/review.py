@@ -23,9 +23,8 @@ from perfcheck.bot import acks
 from perfcheck.config import (
     Config,
     WorkloadConfig,
-    find_config,
+    first_adoption_config,
     follow_up_probes,
-    parse_config,
     planned_probes,
     probe_names,
 )
@@ -63,6 +62,9 @@ class ReviewRequest:
     shard: Shard = field(default_factory=lambda: Shard(index=1, count=1))
     head_sha: str | None = None  # the commit the plan pinned, which the head tree must be
     config_origin: str = "given"  # a ConfigOrigin: where ``config`` came from
+    # With config_origin "head": the PR's perfcheck.yml as read before any probe ran (from the head
+    # commit where it is a checkout), which probes.json carries to the report job.
+    head_config: str | None = None
 
 
 def git_revision(tree: Path) -> str | None:
@@ -224,25 +226,23 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
         head=SideInfo(tree=str(request.head), revision=revision),
         workloads=workloads,
         config_origin=request.config_origin,  # type: ignore[arg-type]
-        head_config=_head_config_text(head) if request.config_origin == "head" else None,
+        # Read before the probes ran (config.read_settings): never the tree PR code has written to.
+        head_config=request.head_config if request.config_origin == "head" else None,
         costs=budget.costs(),
     )
     (request.out_dir / "probes.json").write_text(result.model_dump_json(indent=1))
     return result
 
 
-def _head_config_text(head: Path) -> str | None:
-    found = find_config(head)
-    return found.read_text(encoding="utf-8", errors="replace")[: 256 * 1024] if found else None
-
-
 def config_of_runs(runs: list[tuple[str, ProbeRun]]) -> Config | None:
     """The PR's settings the probe job followed because base had none, or None. The report job
-    runs on base's checkout, which has no copy; with no gate on base there is none to loosen."""
+    runs on base's checkout, which has no copy. The text comes from the job that ran PR code, so
+    it is parsed as a first adoption's (config.first_adoption_config): nothing in it can make
+    this job import or write anything, accept a finding, or judge more loosely than the defaults."""
     texts = {r.head_config for _, r in runs if r.config_origin == "head" and r.head_config}
     if len(texts) != 1 or len(runs) != sum(1 for _, r in runs if r.config_origin == "head"):
         return None
-    return parse_config(texts.pop(), "perfcheck.yml (from the PR)")
+    return first_adoption_config(texts.pop(), "the pull request's perfcheck.yml (in probes.json)")
 
 
 def broken_workloads(review: Review) -> list[str]:
@@ -360,9 +360,9 @@ def _bisected(runs: list[tuple[str, ProbeRun]], review: Review) -> BisectDoc | N
     """The shards' bisections as one, reduced to what this review found (core.bisect.kept)."""
     try:
         merged = bisect_search.merge([r.bisect for _, r in runs if r.bisect is not None])
+        return None if merged is None else bisect_search.kept(merged, review.findings, review.head.revision)
     except ValueError as err:
         raise ShardError(str(err)) from None
-    return None if merged is None else bisect_search.kept(merged, review.findings, review.head.revision)
 
 
 def report(

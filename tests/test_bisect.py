@@ -239,15 +239,42 @@ def test_the_probe_job_bisects_from_the_merge_base_and_says_what_the_base_branch
     section = comment[comment.index("Where each finding came from") :]
     assert "already at the merge base" in section and f"`{mean[:10]}` log the mean (Ada)" in section
 
+    # The section comes from the job that ran PR code. Forged, it blames a commit of the base
+    # branch (outside the range searched), a real one under another subject and author, or has
+    # the last good commit after the first bad one: the report refuses each, exit 2.
+    probed = json.loads((out / "probes.json").read_text())
+    entry = next(i for i, f in enumerate(probed["bisect"]["findings"]) if f["outcome"] == "found")
+    real = probed["bisect"]["findings"][entry]
+    forgeries = {
+        "is not a commit of the range searched": {"first_bad": {"sha": fixed, "subject": "drop the sum",
+                                                                 "author": "Ada"}},
+        "under another subject or author": {"first_bad": {**real["first_bad"], "subject": "rm -rf /",
+                                                          "author": "Linus"}},
+        "expected a last good commit before the first bad one": {"first_bad": real["last_good"],
+                                                                 "last_good": real["first_bad"]},
+    }  # fmt: skip
+    for i, (why, change) in enumerate(forgeries.items()):
+        doc = json.loads(json.dumps(probed))
+        doc["bisect"]["findings"][entry].update(change)
+        forged = tmp_path / f"forged{i}" / "probes.json"
+        forged.parent.mkdir()
+        forged.write_text(json.dumps(doc))
+        done = perfcheck_cli(
+            "report", str(forged), "--config", str(config), "--probes", "compile", "--out", str(forged.parent)
+        )
+        assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+        assert why in done.stderr and "Traceback" not in done.stderr
+        assert not (forged.parent / "comment.md").exists()
+
 
 def test_a_search_out_of_time_says_between_which_commits(tmp_path: Path) -> None:
-    from perfcheck.bisect import _located
+    from perfcheck.bisect import _located, commit_info
 
     repo = tmp_path / "repo"
     shas = list(history(repo).values())
     s = Search(_t("x"), good=0, bad=len(shas) - 1)
     s.record(4, False)
-    entry = _located(s, shas, repo, budget_s=60)
+    entry = _located(s, [commit_info(repo, sha) for sha in shas], budget_s=60)
     assert entry.outcome == "unfinished" and entry.last_good is not None and entry.first_bad is not None
     assert (entry.last_good.sha, entry.first_bad.sha) == (shas[4], shas[-1])
     assert "time budget (60 s) ran out with 3 commits" in (entry.note or "")
@@ -283,6 +310,7 @@ def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
         good=c1,
         bad=c2,
         commits=1,
+        span=[c1, c2],
         probes=["compile"],
         findings=[entry(real), entry("forged|net|x")],
         probe_runs=1,
@@ -295,6 +323,10 @@ def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
     assert merged is not None and merged.probe_runs == 4 and len(merged.findings) == 4
     with pytest.raises(ValueError, match="different ranges"):
         merge([doc, doc.model_copy(update={"good": c2})])
+    # A section that does not list its range, or whose span is not good..bad, cannot be checked.
+    for span in ([], [c2, c1], [c1, Commit(sha="3" * 40, subject="s", author="a"), c2]):
+        with pytest.raises(ValueError, match="not a search of"):
+            kept(doc.model_copy(update={"span": span}), [found], head_revision=c2.sha)
 
 
 # It reads time: under xdist its worker has a core of its own (conftest).

@@ -126,3 +126,57 @@ def test_a_bare_off_is_off_where_yaml_would_read_false() -> None:
     assert parse_config("compile: {measure: off}\n", "perfcheck.yml").compile.measure == "off"
     with pytest.raises(ConfigError, match=r"compile\.measure: expected 'auto'"):
         parse_config("compile: {measure: true}\n", "perfcheck.yml")
+
+
+def test_a_first_adoptions_config_is_the_head_commits_and_a_tree_that_differs_is_refused(
+    tmp_path: Path,
+) -> None:
+    from conftest import git, git_commit
+
+    from perfcheck.config import ConfigError, read_settings
+
+    base, head = tmp_path / "base", tmp_path / "head"
+    base.mkdir()
+    head.mkdir()
+    git(head, "init", "-q")
+    committed = "workloads: [{name: a, entry: mlp-tiny}]\n"
+    git_commit(head, "adopt", {"perfcheck.yml": committed})
+    found = read_settings(None, base, head)
+    assert (found.origin, found.head_text) == ("head", committed)
+    assert found.config.source.endswith("perfcheck.yml (as committed)")
+    (head / "perfcheck.yml").write_text("workloads: [{name: b, entry: mlp-tiny}]\n")
+    with pytest.raises(ConfigError, match=r"perfcheck.yml: differs from the head commit's perfcheck.yml"):
+        read_settings(None, base, head)
+    # Outside Actions (the command line's choice) the config being written is the one tried.
+    tried = read_settings(None, base, head, committed_only=False)
+    assert tried.config.workloads[0].name == "b" and tried.origin == "head"
+    git(head, "rm", "-q", "--cached", "perfcheck.yml")
+    git(head, "commit", "-q", "-m", "untrack")
+    with pytest.raises(ConfigError, match="not in the head commit"):
+        read_settings(None, base, head)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("plugins: [os]", "plugins: not read from a pull request's own perfcheck.yml"),
+        ("history: {path: ../x.sqlite}", "history: not read from"),
+        ("acks: [{category: graph_break_added, reason: x}]", "acks: not read from"),
+        ("budgets: {max_peak_memory_growth_mb: 113}", "budgets.max_peak_memory_growth_mb: expected at most"),
+        ("profile: {min_change_pct: 50}", "profile.min_change_pct: expected at most 5"),
+        ("timing: {confidence: 0.9}", "timing.confidence: expected at least 0.95"),
+    ],
+)
+def test_a_first_adoption_may_not_set_what_widens_the_gate(extra: str, message: str) -> None:
+    from perfcheck.config import ConfigError, first_adoption_config
+
+    with pytest.raises(ConfigError, match=f"^PR.yml: {message}"):
+        first_adoption_config(f"workloads: [{{name: a, entry: mlp-tiny}}]\n{extra}\n", "PR.yml")
+
+
+def test_a_first_adoption_may_be_stricter_than_the_defaults() -> None:
+    from perfcheck.config import first_adoption_config
+
+    text = "budgets: {max_throughput_regression_pct: 1}\ntiming: {confidence: 0.99}\n"
+    config = first_adoption_config(text, "PR.yml")
+    assert config.budgets.max_throughput_regression_pct == 1 and config.timing.confidence == 0.99
