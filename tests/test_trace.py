@@ -830,3 +830,33 @@ def test_json_output_keeps_names_exact(tmp_path: Path) -> None:
     done = perfcheck_cli("trace", "summary", str(path), "--json")
     assert HOSTILE_NAME in {o["name"] for o in json.loads(done.stdout)["ops"]}
     assert "\x1b" not in done.stdout
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
+EVENT = '{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":2'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        DEEP,  # the whole file
+        f'{{"traceEvents": {DEEP}}}',
+        f'{{"deviceProperties": {DEEP}, "traceEvents": [{EVENT}}}]}}',  # metadata before the events
+        f'{{"traceEvents": [{EVENT}, "args": {DEEP}}}]}}',  # inside an event's args
+        f'{{"traceEvents": [{EVENT}}}, {EVENT}, "args": {{"x": {DEEP_OBJECT}}}}}]}}',
+    ],
+    ids=["whole-file", "trace-events", "metadata", "args", "args-objects"],
+)
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_deeply_nested_json_is_bad_input_naming_the_file(tmp_path: Path, content: str, suffix: str) -> None:
+    """Issue 29: 100,000 levels of nesting, where a recursive decoder would overflow the stack."""
+    bad = tmp_path / f"deep{suffix}"
+    bad.write_bytes(gzip.compress(content.encode()) if suffix.endswith(".gz") else content.encode())
+    good = write_trace(tmp_path / "good.json", CPU_EVENTS)
+    for argv in (["summary", str(bad)], ["diff", str(good), str(bad), "--json"]):
+        done = perfcheck_cli("trace", *argv)  # the real command
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert (
+            done.stderr == f"perfcheck trace: {bad}: not a readable Kineto trace: values nested too deeply\n"
+        )
