@@ -450,3 +450,24 @@ def test_control_characters_in_recorded_names_are_shown_not_sent_to_the_terminal
         assert not [c for c in done.stdout if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
         assert done.stdout.startswith("cls␛[2J␛]0;pwned␇\ufffd31m␍␊forged row · step_ms")
         assert "o/r␛[31m" in done.stdout
+
+
+@pytest.mark.parametrize("stored", [-1, -2, -5, -(2**31), LATEST + 1])
+def test_a_store_at_a_version_perfcheck_never_wrote_is_a_message_and_left_alone(
+    tmp_path: Path, stored: int
+) -> None:
+    """Issue 29: a negative user_version indexed the migrations from their end (IndexError, or the
+    wrong steps run and written); the real commands refuse it before writing anything."""
+    from conftest import perfcheck_cli
+
+    path = tmp_path / "odd.sqlite"
+    raw = sqlite3.connect(path)
+    raw.execute(f"PRAGMA user_version = {stored}")
+    raw.close()
+    before = path.read_bytes()
+    for argv in (["history", "--db", str(path)], ["history", "record", str(DEMO_RESULT), "--db", str(path)]):
+        done = perfcheck_cli(*argv)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr.startswith(f"perfcheck history: {path}: history schema version {stored} ")
+        assert "Traceback" not in done.stderr
+    assert path.read_bytes() == before
