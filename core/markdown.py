@@ -15,6 +15,11 @@ _MENTION = re.compile(r"@(?=[\w-])")
 # Issue and pull request references GitHub links (and cross-references, which notify): #12,
 # owner/repo#12, GH-12.
 _REFERENCE = re.compile(r"(#|\bGH-)(?=\d)", re.IGNORECASE)
+# What GitHub autolinks in plain text (GFM's extended autolinks): a scheme before ://, and www.
+# It reads the raw text back from the ':' (on from the 'w'), so a comment in between leaves the
+# words and no link. No word boundary asked: `_www.` links too (the _ is escaped, still there),
+# and breaking `xhttps://` costs nothing. Emails already lose their @ to _MENTION.
+_AUTOLINK = re.compile(r"(?:https?|ftp)(?=://)|www(?=\.)", re.IGNORECASE)
 _BACKTICKS = re.compile(r"`+")
 # Control characters (ESC of terminal escape sequences among them), except tab and newline; and
 # with them, for text that must stay on one line (a table cell a newline would forge a row in).
@@ -54,11 +59,13 @@ def _escape_start(m: re.Match[str]) -> str:
 
 
 def cell(value: object, limit: int = CELL_LIMIT) -> str:
-    """Plain text inside a line (a table cell, after a label): one line, markup escaped, mentions and
-    issue references broken, at most ``limit`` characters of it."""
+    """Plain text inside a line (a table cell, after a label): one line, markup escaped, mentions,
+    issue references and URLs broken (they read the same, link nothing), at most ``limit``
+    characters of it."""
     s = _SPECIAL.sub(r"\\\1", _entities(_bounded(visible(" ".join(str(value).split())), limit)))
     # An empty HTML comment renders as nothing: after @ it notifies nobody, after # links nothing.
     s = _MENTION.sub("@<!-- -->", s)
+    s = _AUTOLINK.sub(lambda m: f"{m.group()}<!-- -->", s)
     return _REFERENCE.sub(lambda m: f"{m.group(1)}<!-- -->", s)
 
 
