@@ -31,3 +31,17 @@ def make_server(app: Any, host: str, port: int, **overrides: Any) -> Any:
     """A server bound to ``host:port`` (0: any free port; see ``effective_port``); ``run()`` serves
     until ``close()``."""
     return create_server(app, host=host, port=port, **{**SETTINGS, **overrides})
+
+
+def bounds_notice(settings: dict[str, Any] = SETTINGS) -> str:
+    """What ``serve`` says at start-up: the bounds it keeps, and that a flood beyond them is not
+    its to stop. Waitress caps connections for the whole server, not per client, so one client
+    holding more idle ones than ``connection_limit`` (1,100 of 1,000) makes signed deliveries
+    wait in the backlog until the idle ones time out; per-client limits belong in front of it."""
+    mb = settings["max_request_body_size"] / (1024 * 1024)
+    return (
+        f"bounds: {settings['connection_limit']:,} open connections, {settings['channel_timeout']} s "
+        f"idle, {mb:g} MB bodies, {settings['threads']} threads; a connection flood beyond these "
+        "(one client holding more idle connections than the limit) is a reverse proxy's job: put one "
+        "in front (nginx, a cloud load balancer) with per-client connection and rate limits"
+    )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from html import escape
 from typing import Any
 
+from perfcheck.core.markdown import visible
 from perfcheck.core.timing_gate import throughput_figures
 from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
@@ -202,8 +203,9 @@ def xml_text(text: object) -> str:
     """Text for HTML or SVG: escaped, and with no URL left in it.
 
     The colon as a character reference reads the same but is no URL: the SVG goes inline into
-    a report that must not point outside itself."""
-    return _URL_SCHEME.sub(r"\1&#58;//", escape(str(text), quote=True))
+    a report that must not point outside itself. Control characters, which no HTML or XML text may
+    hold, are shown as symbols, as in the comment."""
+    return _URL_SCHEME.sub(r"\1&#58;//", escape(visible(str(text)), quote=True))
 
 
 def _svg(width: int, height: int, label: str, body: list[str]) -> str:

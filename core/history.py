@@ -2,7 +2,8 @@
 
 Torch-free, stdlib ``sqlite3`` only. The schema version lives in ``PRAGMA user_version`` and
 moves forward through ``MIGRATIONS``, one transaction per step, so a store written by an older
-perfcheck keeps its rows; a store written by a newer one is refused rather than misread.
+perfcheck keeps its rows; a store written by a newer one, or at a version that was never
+perfcheck's (a negative one), is refused rather than misread.
 """
 
 from __future__ import annotations
@@ -104,22 +105,29 @@ def _version(conn: sqlite3.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
-def _refuse_future(version: int, path: Path) -> None:
+def _refuse_unknown(version: int, path: Path) -> None:
+    """Only versions 0 (a new file) to LATEST are perfcheck's; a negative one would index
+    MIGRATIONS from its end and run the wrong steps, so it is refused before anything is written."""
     if version > LATEST:
         raise HistoryError(
             f"{path}: history schema version {version} is newer than this perfcheck understands "
             f"({LATEST}); upgrade perfcheck to read it"
         )
+    if version < 0:
+        raise HistoryError(
+            f"{path}: history schema version {version} was never perfcheck's (0 to {LATEST}); "
+            "not a perfcheck history database"
+        )
 
 
 def migrate(conn: sqlite3.Connection, path: Path) -> int:
     """Apply the missing migrations in order, each in its own transaction; return the version reached."""
-    _refuse_future(_version(conn), path)
+    _refuse_unknown(_version(conn), path)
     for target in range(_version(conn) + 1, LATEST + 1):
         with _transaction(conn):
             # Re-read under the lock: another process may have migrated since we looked.
             current = _version(conn)
-            _refuse_future(current, path)
+            _refuse_unknown(current, path)
             if current >= target:
                 continue
             MIGRATIONS[current](conn)

@@ -15,9 +15,16 @@ _MENTION = re.compile(r"@(?=[\w-])")
 # Issue and pull request references GitHub links (and cross-references, which notify): #12,
 # owner/repo#12, GH-12.
 _REFERENCE = re.compile(r"(#|\bGH-)(?=\d)", re.IGNORECASE)
+# What GitHub autolinks in plain text (GFM's extended autolinks): a scheme before ://, and www.
+# It reads the raw text back from the ':' (on from the 'w'), so a comment in between leaves the
+# words and no link. No word boundary asked: `_www.` links too (the _ is escaped, still there),
+# and breaking `xhttps://` costs nothing. Emails already lose their @ to _MENTION.
+_AUTOLINK = re.compile(r"(?:https?|ftp)(?=://)|www(?=\.)", re.IGNORECASE)
 _BACKTICKS = re.compile(r"`+")
-# Control characters (ESC of terminal escape sequences among them), except tab and newline.
+# Control characters (ESC of terminal escape sequences among them), except tab and newline; and
+# with them, for text that must stay on one line (a table cell a newline would forge a row in).
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_ANY = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 
 # The most one field may take of a comment: a 200 KB line in one finding must not crowd out the rest.
@@ -26,9 +33,14 @@ CODE_LIMIT = 500
 BLOCK_LIMIT = 8_000
 
 
-def _visible(text: str) -> str:
-    """Control characters as their Unicode pictures (ESC as ␛): seen, never obeyed by a terminal."""
-    return _CONTROL.sub(lambda m: chr(0x2400 + ord(m.group())) if ord(m.group()) < 0x20 else "\ufffd", text)
+def visible(text: str, one_line: bool = False) -> str:
+    """Control characters as their Unicode pictures (ESC as ␛), C1 ones as �: seen, never obeyed by a
+    terminal. One character for one, so that widths and clipping stay as they were; ``one_line``
+    shows tab and newline too (␉, ␊). The one place where probe text is made harmless to a
+    terminal: the comment, the `perfcheck trace` and `history` tables and the HTML report use it."""
+    return (_CONTROL_ANY if one_line else _CONTROL).sub(
+        lambda m: chr(0x2400 + ord(m.group())) if ord(m.group()) < 0x20 else "\ufffd", text
+    )
 
 
 def _bounded(text: str, limit: int) -> str:
@@ -47,11 +59,13 @@ def _escape_start(m: re.Match[str]) -> str:
 
 
 def cell(value: object, limit: int = CELL_LIMIT) -> str:
-    """Plain text inside a line (a table cell, after a label): one line, markup escaped, mentions and
-    issue references broken, at most ``limit`` characters of it."""
-    s = _SPECIAL.sub(r"\\\1", _entities(_bounded(_visible(" ".join(str(value).split())), limit)))
+    """Plain text inside a line (a table cell, after a label): one line, markup escaped, mentions,
+    issue references and URLs broken (they read the same, link nothing), at most ``limit``
+    characters of it."""
+    s = _SPECIAL.sub(r"\\\1", _entities(_bounded(visible(" ".join(str(value).split())), limit)))
     # An empty HTML comment renders as nothing: after @ it notifies nobody, after # links nothing.
     s = _MENTION.sub("@<!-- -->", s)
+    s = _AUTOLINK.sub(lambda m: f"{m.group()}<!-- -->", s)
     return _REFERENCE.sub(lambda m: f"{m.group(1)}<!-- -->", s)
 
 
@@ -62,7 +76,7 @@ def text(value: object) -> str:
 
 def code(value: object, in_table: bool = False, limit: int = CODE_LIMIT) -> str:
     """An inline code span that no backtick in the value can close early."""
-    s = _bounded(_visible(" ".join(str(value).split())), limit)
+    s = _bounded(visible(" ".join(str(value).split())), limit)
     longest = max((len(m) for m in _BACKTICKS.findall(s)), default=0)
     fence = "`" * (longest + 1)
     pad = " " if s.startswith("`") or s.endswith("`") or not s else ""
@@ -73,7 +87,7 @@ def code(value: object, in_table: bool = False, limit: int = CODE_LIMIT) -> str:
 
 def block(value: object, lang: str = "", limit: int = BLOCK_LIMIT) -> str:
     """A fenced code block whose fence is longer than any backtick run inside it."""
-    s = _bounded(_visible(str(value).rstrip("\n")), limit)
+    s = _bounded(visible(str(value).rstrip("\n")), limit)
     longest = max((len(m) for m in _BACKTICKS.findall(s)), default=0)
     fence = "`" * max(3, longest + 1)
     return f"{fence}{lang}\n{s}\n{fence}"

@@ -314,7 +314,7 @@ def _say(line: str) -> None:
 
 def _cmd_serve(args: argparse.Namespace) -> int:
     from perfcheck.bot.app import AppSettings, SettingsError, handle_delivery, installation_port
-    from perfcheck.bot.server import make_server
+    from perfcheck.bot.server import bounds_notice, make_server
     from perfcheck.bot.webhook import WebhookApp, Worker
     from perfcheck.config import ConfigError, load_config
 
@@ -337,6 +337,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
         worker.stop()
         return EXIT_BAD_INPUT
     print(f"perfcheck serve: listening on http://{args.host}:{server.effective_port}/", file=sys.stderr)
+    print(f"perfcheck serve: {bounds_notice()}", file=sys.stderr)
     try:
         with contextlib.suppress(KeyboardInterrupt):
             server.run()

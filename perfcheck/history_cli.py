@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from perfcheck.argtypes import positive
 from perfcheck.core import deltas
+from perfcheck.core.markdown import visible
 from perfcheck.trace_cli import table
 
 if TYPE_CHECKING:
@@ -67,7 +68,10 @@ def _where(row: TrendRow) -> str:
 def render_trend(workload: str, metric: str, rows: Sequence[TrendRow]) -> str:
     """A trend table, oldest first, and a sparkline of the head values under it."""
     unit = METRIC_UNITS.get(metric, "")
-    title = f"{workload} · {metric} ({unit}) · {len(rows)} review{'s' if len(rows) != 1 else ''}"
+    # The name came from a recorded result.json: `table` shows its cells' control characters, this
+    # line shows the title's.
+    name = visible(workload, one_line=True)
+    title = f"{name} · {metric} ({unit}) · {len(rows)} review{'s' if len(rows) != 1 else ''}"
     if not rows:
         return f"{title}\n  nothing recorded"
     body = [

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from perfcheck.argtypes import positive
+from perfcheck.core.markdown import visible
 
 # The naming value of rows grouped by HTA's short name (perfcheck.core.trace.HTA_SHORT); spelled
 # here so that building the parser imports no trace code.
@@ -34,7 +35,12 @@ DEFINITIONS = (
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]], align: str) -> str:
-    """Columns padded to their widest cell; ``align`` has an "l" or "r" per column (numbers: "r")."""
+    """Columns padded to their widest cell; ``align`` has an "l" or "r" per column (numbers: "r").
+
+    Cells hold names a trace or a recorded review gave (a kernel's, a workload's): their control
+    characters (a newline too, which would forge a row) are shown as symbols, never sent to the
+    terminal."""
+    rows = [[visible(c, one_line=True) for c in r] for r in rows]
     widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
 
     def line(cells: Sequence[str]) -> str:
@@ -84,7 +90,7 @@ def _steps(s: TraceSummary) -> str:
 
 
 def render_summary(path: Path, s: TraceSummary, top: int) -> str:
-    out = [str(path), f"  {s.events:,} timed events · {_steps(s)} · {_what(s)}"]
+    out = [visible(str(path), one_line=True), f"  {s.events:,} timed events · {_steps(s)} · {_what(s)}"]
     if s.breakdown is not None:
         b = s.breakdown
         out.append(
@@ -139,8 +145,8 @@ def render_diff(base_path: Path, head_path: Path, base: TraceSummary, head: Trac
     changes: list[Change] = [c for c in diff_times(base.per_step(), head.per_step()) if c.status != "same"]
     counts = {s: sum(1 for c in changes if c.status == s) for s in ("added", "removed", "changed")}
     out = [
-        f"base {base_path}: {_steps(base)} · {_what(base)}",
-        f"head {head_path}: {_steps(head)} · {_what(head)}",
+        visible(f"base {base_path}: {_steps(base)} · {_what(base)}", one_line=True),
+        visible(f"head {head_path}: {_steps(head)} · {_what(head)}", one_line=True),
         f"  {counts['added']} added · {counts['removed']} removed · {counts['changed']} changed in time "
         "(per step, largest change first)",
     ]

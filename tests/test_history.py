@@ -427,3 +427,47 @@ def test_a_locked_history_store_is_a_message_and_the_review_is_kept(
     err = capsys.readouterr().err
     assert "in use by another process" in err and "nothing was recorded" in err and "Traceback" not in err
     assert load_review(tmp_path / "out" / "result.json").verdict == "fail"  # the review is not lost
+
+
+def test_control_characters_in_recorded_names_are_shown_not_sent_to_the_terminal(
+    tmp_path: Path, demo: Review
+) -> None:
+    """Issue 29: a result.json whose workload (and repository) name holds terminal escapes and a
+    newline, recorded and shown by the real commands."""
+    from conftest import perfcheck_cli
+
+    hostile = "cls\x1b[2J\x1b]0;pwned\x07\x9b31m\r\nforged row"
+    wl = demo.workloads[0].model_copy(update={"name": hostile})
+    findings = [f.model_copy(update={"workload": hostile}) for f in demo.findings]
+    result = tmp_path / "result.json"
+    result.write_text(demo.model_copy(update={"workloads": [wl], "findings": findings}).model_dump_json())
+    db = tmp_path / "h.sqlite"
+    recorded = perfcheck_cli("history", "record", str(result), "--db", str(db), "--repo", "o/r\x1b[31m")
+    assert recorded.returncode == 0, recorded.stderr
+    for argv in ([], ["--workload", hostile]):
+        done = perfcheck_cli("history", "--db", str(db), *argv)
+        assert done.returncode == 0, done.stderr
+        assert not [c for c in done.stdout if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
+        assert done.stdout.startswith("cls␛[2J␛]0;pwned␇\ufffd31m␍␊forged row · step_ms")
+        assert "o/r␛[31m" in done.stdout
+
+
+@pytest.mark.parametrize("stored", [-1, -2, -5, -(2**31), LATEST + 1])
+def test_a_store_at_a_version_perfcheck_never_wrote_is_a_message_and_left_alone(
+    tmp_path: Path, stored: int
+) -> None:
+    """Issue 29: a negative user_version indexed the migrations from their end (IndexError, or the
+    wrong steps run and written); the real commands refuse it before writing anything."""
+    from conftest import perfcheck_cli
+
+    path = tmp_path / "odd.sqlite"
+    raw = sqlite3.connect(path)
+    raw.execute(f"PRAGMA user_version = {stored}")
+    raw.close()
+    before = path.read_bytes()
+    for argv in (["history", "--db", str(path)], ["history", "record", str(DEMO_RESULT), "--db", str(path)]):
+        done = perfcheck_cli(*argv)
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert done.stderr.startswith(f"perfcheck history: {path}: history schema version {stored} ")
+        assert "Traceback" not in done.stderr
+    assert path.read_bytes() == before

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from perfcheck.core import markdown
@@ -21,7 +22,7 @@ def test_html_is_escaped() -> None:
 
 def test_markup_cannot_form() -> None:
     out = markdown.cell("[click](https://evil) *bold* `code` | pipe")
-    assert "\\[click\\](https://evil)" in out
+    assert "\\[click\\](https<!-- -->://evil)" in out
     assert "\\*bold\\*" in out and "\\`code\\`" in out and "\\|" in out
 
 
@@ -88,3 +89,38 @@ def test_one_huge_field_cannot_crowd_out_the_rest() -> None:
     assert "more characters" in comment
     for f in review.findings[1:]:
         assert f.message[:30] in comment.replace("\\", "")  # every later finding is still there
+
+
+# What GitHub links in plain text (GFM's extended autolinks).
+AUTOLINK = re.compile(r"(?i)(https?|ftp)://|www\\.")
+
+
+def _prose(comment: str) -> str:
+    """What GitHub would autolink in: the comment minus fenced blocks, code spans and the targets
+    of the links perfcheck itself writes (`[docs](...)`)."""
+    prose = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1\s*$", "", comment)
+    prose = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", prose)
+    return re.sub(r"\]\((https://[^)\s]+)\)", "]()", prose)
+
+
+def test_urls_in_probe_text_link_nothing() -> None:
+    """Issue 29: a break reason, an error message, an op name and a workload name holding URLs, in
+    the comment rendered from a real review: they read the same, GitHub links none of them; the
+    documentation links perfcheck writes stay links."""
+    from perfcheck.core.render import render_comment
+    from perfcheck.schema import load_review
+
+    review = load_review(Path(__file__).parent / "data" / "demo-result.json")
+    url = "see https://evil.example/login, HTTP://x.example, _www.evil.example and ftp://f.example"
+    first, *rest = review.findings
+    evidence = {**first.evidence, "reason": url, "break_type": url}
+    hostile = first.model_copy(update={"message": url, "workload": url, "evidence": evidence})
+    ops = [f.model_copy(update={"message": f"ops: {url} 0→1"}) for f in rest]
+    review = review.model_copy(update={"findings": [hostile, *ops], "inconclusive": [url]})
+    comment = render_comment(review)
+    assert not AUTOLINK.search(_prose(comment)), AUTOLINK.findall(_prose(comment))
+    assert "see https<!-- -->://evil.example/login" in comment  # still reads as the probe wrote it
+    assert comment.replace("<!-- -->", "").count("https://evil.example/login") >= 3
+    # perfcheck's own links are untouched: one per finding's matrix entry
+    docs = re.findall(r"\[docs\]\((https://[^)]+)\)", comment)
+    assert len(docs) == len(review.findings) and all("<!--" not in d for d in docs)

@@ -351,3 +351,38 @@ def test_html_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
     assert _run(["html", str(bad)]) == 2
     assert _run(["html", str(DATA / "demo-result.json"), "--history", str(tmp_path / "none.sqlite")]) == 2
     assert "no history database" in capsys.readouterr().err
+
+
+CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # none of them may be in HTML text
+
+
+def test_control_characters_in_recorded_names_are_shown_in_html(tmp_path: Path) -> None:
+    """Issue 29: kernel names of a profile and a workload name recorded in the history store, each
+    with terminal escapes, as `perfcheck html --history` (the real command) draws them."""
+    from conftest import perfcheck_cli
+
+    hostile = "w\x1b[2J\x1b]0;pwned\x07\x9b31m<i>"
+    review = timed_review(hostile)
+    kernels = {f"k{hostile}": 1.0}
+    wl = review.workloads[-1]
+    head = [r if r.probe != "profile" else _profile("head", hostile, kernels, (25, 60, 15)) for r in wl.head]
+    break_ = review.findings[0].model_copy(update={"workload": hostile, "evidence": {"break_type": hostile}})
+    review = review.model_copy(
+        update={
+            "workloads": [*review.workloads[:-1], wl.model_copy(update={"head": head})],
+            "findings": [break_],
+        }
+    )
+    result = tmp_path / "result.json"
+    result.write_text(review.model_dump_json())
+    db = tmp_path / "history.sqlite"
+    conn = history.open_store(db)
+    history.record(conn, review, repository="o/r", pr=1)
+    conn.close()
+    out = tmp_path / "report.html"
+    done = perfcheck_cli("html", str(result), "--out", str(out), "--history", str(db))
+    assert done.returncode == 0, done.stderr
+    html = out.read_text()
+    assert not CONTROLS.search(html)
+    assert "<title>kw␛[2J␛]0;pwned␇" in html  # the kernel of the profile
+    assert "w␛[2J␛]0;pwned␇" in html and "&lt;i&gt;" in html and "<i>" not in html

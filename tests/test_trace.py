@@ -790,3 +790,73 @@ def test_core_trace_imports_no_torch() -> None:
         "assert 'torch' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# Issue 29: names a trace gives (a kernel's, an op's) are PR code's. Erase the screen, retitle the
+# window, CSI in C1 form, a bell, NUL, DEL, a carriage return and a newline that would forge a row.
+HOSTILE_NAME = "aten::mm\x1b[2J\x1b]0;pwned\x07\x9b31m\x9d\x00\x7f\r\nforged  cpu_op  1  999.0"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["summary", "{hostile}"],
+        ["summary", "{hostile}", "--short-names"],
+        ["diff", "{plain}", "{hostile}"],
+        ["diff", "{hostile}", "{plain}", "--short-names"],
+    ],
+)
+def test_control_characters_in_names_are_shown_not_sent_to_the_terminal(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    events = [
+        *CPU_EVENTS,
+        op(HOSTILE_NAME, "cpu_op", 85, 4),
+        op("void k<float>(float*)" + HOSTILE_NAME, "cpu_op", 90, 2),
+    ]
+    files = {"hostile": str(write_trace(tmp_path / "hostile.json", events))}
+    files["plain"] = str(write_trace(tmp_path / "plain.json", CPU_EVENTS))
+    done = perfcheck_cli("trace", *(a.format(**files) for a in argv))  # the real command
+    assert done.returncode == 0, done.stderr
+    controls = [c for c in done.stdout if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F]
+    assert controls == []
+    assert "␛[2J␛]0;pwned␇" in done.stdout and "␍␊forged" in done.stdout
+    assert not [ln for ln in done.stdout.splitlines() if ln.startswith("forged")]  # no row of its own
+
+
+def test_json_output_keeps_names_exact(tmp_path: Path) -> None:
+    """--json is data for scripts: the name as the trace gave it, control characters escaped by JSON."""
+    path = write_trace(tmp_path / "hostile.json", [*CPU_EVENTS, op(HOSTILE_NAME, "cpu_op", 85, 4)])
+    done = perfcheck_cli("trace", "summary", str(path), "--json")
+    assert HOSTILE_NAME in {o["name"] for o in json.loads(done.stdout)["ops"]}
+    assert "\x1b" not in done.stdout
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
+EVENT = '{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":2'
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        DEEP,  # the whole file
+        f'{{"traceEvents": {DEEP}}}',
+        f'{{"deviceProperties": {DEEP}, "traceEvents": [{EVENT}}}]}}',  # metadata before the events
+        f'{{"traceEvents": [{EVENT}, "args": {DEEP}}}]}}',  # inside an event's args
+        f'{{"traceEvents": [{EVENT}}}, {EVENT}, "args": {{"x": {DEEP_OBJECT}}}}}]}}',
+    ],
+    ids=["whole-file", "trace-events", "metadata", "args", "args-objects"],
+)
+@pytest.mark.parametrize("suffix", [".json", ".json.gz"])
+def test_deeply_nested_json_is_bad_input_naming_the_file(tmp_path: Path, content: str, suffix: str) -> None:
+    """Issue 29: 100,000 levels of nesting, where a recursive decoder would overflow the stack."""
+    bad = tmp_path / f"deep{suffix}"
+    bad.write_bytes(gzip.compress(content.encode()) if suffix.endswith(".gz") else content.encode())
+    good = write_trace(tmp_path / "good.json", CPU_EVENTS)
+    for argv in (["summary", str(bad)], ["diff", str(good), str(bad), "--json"]):
+        done = perfcheck_cli("trace", *argv)  # the real command
+        assert (done.returncode, done.stdout) == (2, ""), done.stderr
+        assert (
+            done.stderr == f"perfcheck trace: {bad}: not a readable Kineto trace: values nested too deeply\n"
+        )

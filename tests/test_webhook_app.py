@@ -240,3 +240,44 @@ def test_idle_and_slow_connections_do_not_stop_signed_deliveries(served: Any) ->
             s.close()
     worker.drain()
     assert len(github.dispatches(REPO)) == 10
+
+
+def test_serve_says_at_start_up_that_a_flood_beyond_its_bounds_is_a_reverse_proxys_job(
+    tmp_path: Path,
+) -> None:
+    """Issue 29: 1,100 idle connections from one client still stop signed deliveries until they time
+    out (waitress bounds connections per server, not per client). That is left to a reverse proxy;
+    the real `perfcheck serve` says so in its log, with the bounds it keeps, as it starts."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from perfcheck.bot.server import SETTINGS
+
+    env = {
+        **os.environ,
+        "PERFCHECK_APP_ID": str(APP_ID),
+        "PERFCHECK_WEBHOOK_SECRET": SECRET.decode(),
+        "PERFCHECK_APP_PRIVATE_KEY": "unused: nothing is delivered",
+    }
+    server = subprocess.Popen(
+        [sys.executable, "-m", "perfcheck", "serve", "--port", "0"],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
+    try:
+        assert server.stderr is not None
+        listening = server.stderr.readline()
+        bounds = server.stderr.readline()
+    finally:
+        server.send_signal(signal.SIGINT)
+        server.wait(timeout=30)
+    assert listening.startswith("perfcheck serve: listening on http://127.0.0.1:"), listening
+    assert bounds.startswith(
+        f"perfcheck serve: bounds: {SETTINGS['connection_limit']:,} open connections, "
+        f"{SETTINGS['channel_timeout']} s idle, 25 MB bodies"
+    ), bounds
+    assert "a reverse proxy's job" in bounds and "per-client" in bounds
