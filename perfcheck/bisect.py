@@ -31,7 +31,7 @@ from perfcheck.config import Config, WorkloadConfig
 from perfcheck.core import bisect as search
 from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
-from perfcheck.review import ReviewRequest, UsageError, select_probes, select_workloads
+from perfcheck.review import ReviewRequest, UsageError, sandboxed, select_probes, select_workloads
 from perfcheck.review import run as run_review
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
@@ -215,6 +215,7 @@ def bisect(request: BisectRequest, progress: Progress) -> tuple[BisectDoc, Revie
             workloads=select_workloads(config, request.workloads),
             probes=probes,
             out_dir=out,
+            sandboxed=sandboxed(),
         )
         span = _Range(repo, shas, tree)
         doc = _search(span, review.workloads, review.findings, run, progress, forks, timing=request.timing)
@@ -354,6 +355,7 @@ def bisect_probed(
         workloads=[w for w in select_workloads(config, request.workloads) if w.name in probed_names],
         probes=select_probes(request.probes),
         out_dir=request.out_dir,
+        sandboxed=sandboxed(),
     )
     progress(
         f"bisecting {len(shas) - 1} commits from the merge base {good[:10]} "

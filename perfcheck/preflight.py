@@ -15,12 +15,14 @@ import importlib.util
 import json
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from perfcheck import __version__
 from perfcheck.config import WorkloadConfig
+from perfcheck.runner import sandbox
 from perfcheck.runner.loader import import_roots
+from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 
 
@@ -186,3 +188,35 @@ def check_interpreter(python: str, flag: str, device: str) -> None:
             f"--device cuda: torch {found.get('torch')} under {python} sees no CUDA device "
             "(a CPU build of torch, or no GPU on this machine); use --device cpu"
         )
+
+
+def sandboxed(env: Mapping[str, str], unavailable: Callable[[], str | None]) -> tuple[bool, str | None]:
+    """Whether the probes run in per-side sandboxes (runner/sandbox.py), and what to warn about.
+
+    In GitHub Actions a review without them is refused: PR code would run with the rights of
+    everything it is compared against, and a required check it can pass by rewriting base is no
+    check. Elsewhere (a developer's machine, a macOS laptop) the review runs and says it is not
+    isolated. ``PERFCHECK_SANDBOX=0`` turns them off where the operator says so, and a run in
+    Actions still says what that means. ``PERFCHECK_COMPILE_CACHE``, one cache every process of
+    both sides writes, is a test-only knob: refused in Actions."""
+    actions = env.get("GITHUB_ACTIONS") == "true"
+    if actions and env.get(SHARED_CACHE_ENV):
+        raise SetupError(
+            f"{SHARED_CACHE_ENV} is set: one compile cache that both sides' processes write is for "
+            "perfcheck's own tests, not a review in GitHub Actions (unset it)"
+        )
+    if env.get(sandbox.DISABLE_ENV) == "0":
+        return False, (
+            f"{sandbox.DISABLE_ENV}=0: the sides run without sandboxes, so head's code can change "
+            "what base measures"
+        )
+    why = unavailable()
+    if why is None:
+        return True, None
+    if actions:
+        raise SetupError(
+            f"the probes need a sandbox per side and this runner cannot make one ({why}); it needs "
+            "unprivileged user namespaces (README: 'What a self-hosted runner needs'), or set "
+            f"{sandbox.DISABLE_ENV}=0 to run PR code unisolated"
+        )
+    return False, f"no sandbox on this machine ({why}): the sides run unisolated"

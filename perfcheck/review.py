@@ -33,6 +33,7 @@ from perfcheck.core.compare import compare
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
+from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.forkserver import ForkServers
@@ -179,6 +180,17 @@ def head_revision(head: Path, pinned: str | None) -> str | None:
     return found or pinned.lower()
 
 
+def sandboxed() -> bool:
+    """Whether this run's probes get a sandbox per side; says so where they do not."""
+    try:
+        isolated, warning = preflight.sandboxed(os.environ, sandbox.unavailable)
+    except preflight.SetupError as err:
+        raise UsageError(str(err)) from None
+    if warning is not None:
+        print(f"perfcheck: warning: {warning}", file=sys.stderr)
+    return isolated
+
+
 def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     """Run this shard's probes on both sides and write OUT/probes.json."""
     base = check_tree(request.base, "--base")
@@ -198,6 +210,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
             preflight.check_interpreter(python, flag, request.device)
     except preflight.SetupError as err:
         raise UsageError(str(err)) from None
+    isolated = sandboxed()
     request.out_dir.mkdir(parents=True, exist_ok=True)
     budget = Budget(request.config.review.time_budget_s)
     workloads = (
@@ -211,6 +224,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
                 probes=probes,
                 out_dir=request.out_dir,
                 jobs=request.jobs or default_jobs(request.device),
+                sandboxed=isolated,
             ),
             forks=forks,
             budget=budget,

@@ -30,6 +30,22 @@ class LatencyPlan(BaseModel):
     compiles: int
 
 
+class Walls(BaseModel):
+    """What a side's probe processes see besides a read-only file system (runner/sandbox.py): its
+    own scratch folder as /tmp, the folders it may write, those hidden from it (the other side's
+    tree, every compile cache of the review) and those put back read-only inside a hidden one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scratch: str
+    writable: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    visible: tuple[str, ...] = ()
+
+    def with_writable(self, *paths: object) -> Walls:
+        return self.model_copy(update={"writable": (*self.writable, *(str(p) for p in paths))})
+
+
 class ProbeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -55,3 +71,6 @@ class ProbeSpec(BaseModel):
     plant: Plant | None = None
     # The compile_latency worker's plan (runner/latency_runs.py); None for every other probe.
     latency: LatencyPlan | None = None
+    # The sandbox its processes run in; None: none (the machine has none and this is not Actions,
+    # or PERFCHECK_SANDBOX=0). Read by the orchestrator, not the worker.
+    walls: Walls | None = None

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import fcntl
 import json
 import os
@@ -38,13 +39,17 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from perfcheck.runner import reaper
+from perfcheck.runner import reaper, sandbox
+
+if TYPE_CHECKING:
+    from perfcheck.spec import Walls
 
 RESULT_FD = 3  # where a child finds its result channel: its argument is ``fd:3``
 # Read when a compile needs them, not when torch is imported: a child may set them differently
@@ -187,7 +192,10 @@ class ForkServers:
         env: Mapping[str, str],
         log_fd: int,
         result_fd: int,
+        walls: Walls | None = None,
     ) -> Child | None:
+        """A child running ``python -m module *args``, behind ``walls`` where given (the child
+        enters them before anything of the module runs); None: start it fresh."""
         if not enabled():
             return None
         differ = LAZY_ENV | VOLATILE_ENV
@@ -201,6 +209,8 @@ class ForkServers:
         if server is None:
             return None
         request = {"module": module, "args": list(args), "cwd": cwd, "env": dict(env)}
+        if walls is not None:
+            request["sandbox"] = walls.model_dump_json()
         child = server.fork(request, log_fd, result_fd)
         if child is None:  # a server that cannot fork now will not later: fresh processes from here
             with self._lock:
@@ -260,6 +270,7 @@ class _Job:
     env: dict[str, str]
     log_fd: int
     result_fd: int
+    sandbox: str | None = None  # runner/sandbox.py's view, as JSON
 
 
 def _preimport() -> str | None:
@@ -293,7 +304,6 @@ def _first_compile() -> None:
     them. Kept fork-safe: one thread (no OpenMP team, no compile thread pool; both restored to
     decide afresh in the child) and a cache folder of the server's own, deleted after; anything
     that goes wrong leaves the children to pay it themselves, as before."""
-    import tempfile
 
     import torch
     import torch._dynamo
@@ -355,6 +365,7 @@ def _request(data: bytes) -> dict[str, Any] | None:
         and all(isinstance(a, str) for a in request["args"])
         and isinstance(request.get("env"), dict)
         and all(isinstance(k, str) and isinstance(v, str) for k, v in request["env"].items())
+        and isinstance(request.get("sandbox", ""), str)
     )
     return request if ok else None
 
@@ -409,6 +420,7 @@ def _serve(control: socket.socket) -> _Job | None:
                             request["env"],
                             log_fd,
                             result_fd,
+                            request.get("sandbox"),
                         )
                     os.close(log_fd)
                     os.close(result_fd)
@@ -452,6 +464,20 @@ def _run(job: _Job) -> int:
         if int(name) > RESULT_FD:
             with contextlib.suppress(OSError):
                 os.close(int(name))
+    if job.sandbox is not None:
+        # Before anything of the job's: this process stays outside as the sandbox's relay, and the
+        # job runs in its first process (one thread here: the server's loop thread only).
+        try:
+            view = sandbox.View.from_json(job.sandbox)
+            headers = _server_headers()
+            if headers is not None:
+                view = dataclasses.replace(view, visible=(*view.visible, headers))
+            sandbox.enter(view)
+        except (sandbox.Unavailable, OSError, ValueError, KeyError) as err:
+            print(f"perfcheck sandbox: {err}", file=sys.stderr)
+            os._exit(125)
+        if headers is not None:
+            _own_headers()
     os.chdir(job.cwd)
     os.environ.clear()
     os.environ.update(job.env)
@@ -460,6 +486,27 @@ def _run(job: _Job) -> int:
     sys.modules.pop(job.module, None)
     runpy.run_module(job.module, run_name="__main__", alter_sys=True)
     return 0
+
+
+def _server_headers() -> str | None:
+    """The folder of the C++ precompiled headers Inductor built or found for the server's first
+    compile, where the server has one: a child keeps their paths in memory (``_precompile_header``
+    is cached for the life of a process), so a sandboxed child sees that folder, read-only."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    folder = getattr(codecache, "_HEADER_DIR", None)
+    return folder if isinstance(folder, str) and os.path.isdir(folder) else None
+
+
+def _own_headers() -> None:
+    """In a sandboxed child: a header of other flags than the server's is built in the side's own
+    /tmp, not in the server's folder, which the child sees read-only. A header is code compiled
+    into every kernel, so one side's processes never write a header the other side reads."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
+        return
+    folder = os.path.join(tempfile.gettempdir(), "perfcheck-precompiled-headers")
+    setattr(codecache, "_HEADER_DIR", folder)  # noqa: B010 (torch's private module globals)
+    setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(folder, "locks"))  # noqa: B010
 
 
 def main(argv: list[str] | None = None) -> int:

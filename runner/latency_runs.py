@@ -90,8 +90,8 @@ def choose(
     return Choice("callgrind", estimate_s=cost)
 
 
-# (spec, side, tag, prefix, extra environment) -> the process's result
-Launch = Callable[[ProbeSpec, Side, str, list[str], dict[str, str]], ProbeResult]
+# (spec, side, tag, prefix, extra environment, a folder it writes) -> the process's result
+Launch = Callable[[ProbeSpec, Side, str, list[str], dict[str, str], Path], ProbeResult]
 
 
 def samples_of(result: ProbeResult) -> list[CompileSample]:
@@ -108,14 +108,17 @@ def measure_callgrind(
 ) -> dict[Side, CompileLatency]:
     """One process a side under callgrind, both at once; each side's counted compiles, and why its
     process gave none."""
-    with tempfile.TemporaryDirectory(prefix="perfcheck-callgrind-") as dumps:
-        prefix = callgrind.command(Path(dumps))
-        env = {**CALLGRIND_ENV, callgrind.OUT_ENV: dumps}
+    with tempfile.TemporaryDirectory(prefix="perfcheck-callgrind-") as root:
 
         def one(side: Side) -> CompileLatency:
+            # A folder of dumps per side: what one side's process writes the other never reads.
+            dumps = Path(root) / side
+            dumps.mkdir()
+            prefix = callgrind.command(dumps)
+            env = {**CALLGRIND_ENV, callgrind.OUT_ENV: str(dumps)}
             plan = LatencyPlan(measure="callgrind", compiles=runs)
             spec = specs[side].model_copy(update={"probe": "compile_latency", "latency": plan})
-            result = launch(spec, side, "-callgrind", prefix, env)
+            result = launch(spec, side, "-callgrind", prefix, env, dumps)
             try:
                 if result.status != "ok":
                     raise ValueError(f"{result.status}: {(result.message or '').strip()}")

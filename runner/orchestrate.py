@@ -25,7 +25,7 @@ from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_p
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper
+from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper, sandbox
 from perfcheck.runner.budget import Budget, latency_estimate_s, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.schema import (
@@ -38,7 +38,7 @@ from perfcheck.schema import (
     WorkloadReview,
     load_model,
 )
-from perfcheck.spec import LatencyPlan, ProbeSpec
+from perfcheck.spec import LatencyPlan, ProbeSpec, Walls
 
 LOG_TAIL_LINES = 12
 REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
@@ -61,6 +61,7 @@ class ReviewRun:
     probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else the default ones
     out_dir: Path = Path("perfcheck-out")
     jobs: int = 1
+    sandboxed: bool = False  # each side's processes behind walls of their own (runner/sandbox.py)
 
 
 def log_tail(log: Path) -> str:
@@ -97,10 +98,10 @@ def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
     return {side: workdir / "cache" / f"{side}-{workload}" for side in ("base", "head")}
 
 
-def timing_cache(workdir: Path, workload: str) -> Path:
-    """The one compile cache both sides' timing processes share once the sides' own caches are
-    filled (see ``merge_caches``)."""
-    return workdir / "cache" / f"timing-{workload}"
+def timing_cache(workdir: Path, workload: str, side: Side) -> Path:
+    """The compile cache a side's timing processes share once the sides' own caches are filled
+    (runner/timing.py ``pair_caches``)."""
+    return workdir / "cache" / f"timing-{side}-{workload}"
 
 
 def merge_caches(into: Path, sources: Sequence[Path]) -> None:
@@ -112,8 +113,8 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
     that side inherits the choice: measured on the H200, an A/A Llama read -0.73 % device time
     (-0.78 ... -0.67) over 25 process pairs, from the first pair on. Entries are keyed by content,
     so in a merged cache identical kernels share one choice (base's) and code only head has keeps
-    head's own. Files are hard-linked where the file system allows: Inductor and Triton replace
-    cache files by rename, never in place, so the sources stay as they were.
+    head's own. Files are copied, never hard-linked: a process that wrote into a linked file in
+    place would change the source, and a source is another side's cache.
     """
     for source in sources:
         if not source.is_dir():
@@ -124,10 +125,7 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
             dest = into / path.relative_to(source)
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.unlink(missing_ok=True)
-            try:
-                os.link(path, dest)
-            except OSError:
-                shutil.copy2(path, dest)
+            shutil.copy2(path, dest)
 
 
 # Set to a folder, every probe process of every review compiles into that one cache, warm after
@@ -182,21 +180,24 @@ def run_module(
     log_path: Path,
     prefix: Sequence[str] = (),
     forks: ForkServers | None = None,
+    walls: Walls | None = None,
 ) -> Ended:
     """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
     fork server of ``forks`` where one serves (runner/forkserver.py), else a fresh process. When it
     ends, at its time limit or by itself, its process group is killed and every orphan it left is
-    reaped (runner/reaper.py); only then is its result channel read."""
+    reaped (runner/reaper.py); only then is its result channel read. With ``walls``, it runs in
+    that sandbox (runner/sandbox.py), forked or fresh."""
     with log_path.open("wb") as log, channel.open_channel() as result:
         child = None
         if forks is not None and not prefix:
             args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
-            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno())
+            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno(), walls)
         if child is not None:
             return _ended_child(child, timeout_s, result)
+        argv = [*prefix, python, "-m", module, str(spec_path), channel.argument(result)]
         with reaper.spawning() as ours:
             proc = subprocess.Popen(
-                [*prefix, python, "-m", module, str(spec_path), channel.argument(result)],
+                sandboxed(argv, walls),
                 cwd=cwd,
                 env=env,
                 stdout=log,
@@ -216,6 +217,11 @@ def run_module(
         reaper.finished(proc.pid)
         reaper.reap_orphans()
         return Ended(code, channel.read_back(result))
+
+
+def sandboxed(argv: list[str], walls: Walls | None) -> list[str]:
+    """``argv``, behind ``walls`` where there are any."""
+    return argv if walls is None else sandbox.command(walls.model_dump_json(), argv)
 
 
 def _ended_child(child: forkserver.Child, timeout_s: float, result: IO[bytes]) -> Ended:
@@ -249,22 +255,35 @@ def run_probe(
     prefix: Sequence[str] = (),
     extra_env: dict[str, str] | None = None,
     forks: ForkServers | None = None,
+    writable: Sequence[Path] = (),
 ) -> ProbeResult:
     """Run one probe in a process of its own (forked from one of ``forks``' servers where one
     serves); never raises for anything the probe does. ``tag`` tells apart the logs of several
     processes of one probe; ``prefix`` runs it under another program (valgrind); without ``cache``
-    the process compiles into a fresh cache of its own."""
+    the process compiles into a fresh cache of its own. In a sandbox (``spec.walls``) it may write
+    that cache and ``writable``, nothing else of the machine's but its side's scratch folder."""
     stem = f"{spec.side}-{spec.workload.name}-{spec.probe}{tag}"
     spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
     spec_path.write_text(spec.model_dump_json())
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
-        env = probe_env(cache if cache is not None else Path(own))
+        folder = cache if cache is not None else Path(own)
+        env = probe_env(folder)
         env.update(extra_env or {})
         if not forkserver.serves(spec.device):
             forks = None
+        walls = spec.walls.with_writable(folder, *writable) if spec.walls else None
         ended = run_module(
-            python, "perfcheck.runner.worker", spec_path, spec.tree, env, timeout_s, log_path, prefix, forks
+            python,
+            "perfcheck.runner.worker",
+            spec_path,
+            spec.tree,
+            env,
+            timeout_s,
+            log_path,
+            prefix,
+            forks,
+            walls,
         )
     code = ended.code
     if ended.lost is not None:
@@ -307,6 +326,34 @@ def _outcome(result: ProbeResult) -> str:
     )
 
 
+def interpreter_folders(python: str) -> list[Path]:
+    """Where an interpreter and what it imports live: its environment (a venv's root) and the
+    installation it was made from, perfcheck's own source, and this interpreter's."""
+    found = [Path(python).parent.parent, Path(os.path.realpath(python)).parent.parent]
+    found += [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2]]
+    return found
+
+
+def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
+    """The sandbox of ``side``'s probe processes (None where the review runs without): the other
+    side's tree and every compile cache of the review hidden, its own tree, the review's folder and
+    the interpreters visible and read-only, its own scratch folder as /tmp. Each process adds the
+    caches it may write (``run_module``)."""
+    if not run.sandboxed:
+        return None
+    workdir = run.out_dir.resolve() / "probes"
+    other = run.head if side.side == "base" else run.base
+    visible = [side.tree.resolve(), workdir, *interpreter_folders(side.python)]
+    shared = os.environ.get(SHARED_CACHE_ENV)
+    return Walls(
+        scratch=str(workdir / "scratch" / side.side),
+        hidden=(str(other.tree.resolve()), str(workdir / "cache"), str(workdir / "scratch")),
+        visible=tuple(dict.fromkeys(str(p) for p in visible)),
+        # The one cache of SHARED_CACHE_ENV is every process's, both sides' (a test-only knob).
+        writable=(shared,) if shared else (),
+    )
+
+
 def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
     kind = probes.get(probe)
     settings = kind.settings_of(run.config) if kind is not None else None
@@ -324,6 +371,7 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
         profile=run.config.profile,
         plugins=tuple(run.config.plugins),
         settings=settings.model_dump(mode="json") if settings is not None else {},
+        walls=side_walls(run, side),
     )
 
 
@@ -523,10 +571,19 @@ class _Review:
         sides = {"base": run.base, "head": run.head}
 
         def launch(
-            spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str]
+            spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str], dumps: Path
         ) -> ProbeResult:
             python = sides[side].python
-            return run_probe(spec, python, wl.timeout_s, self.workdir, tag=tag, prefix=prefix, extra_env=env)
+            return run_probe(
+                spec,
+                python,
+                wl.timeout_s,
+                self.workdir,
+                tag=tag,
+                prefix=prefix,
+                extra_env=env,
+                writable=[dumps],
+            )
 
         specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}
         measured = latency_runs.measure_callgrind(specs, run.config.compile.runs, launch, choice.note)

@@ -38,6 +38,7 @@ from perfcheck.runner.orchestrate import (
     SideSetup,
     merge_caches,
     probe_env,
+    sandboxed,
     side_caches,
     timing_cache,
 )
@@ -97,21 +98,27 @@ class TimingWorker:
             # up: six processes of a first look with a pool each the size of the machine would
             # import torch a hundred times at once.
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(LATENCY_COMPILE_THREADS))
+        walls = spec.walls.with_writable(cache) if spec.walls is not None else None
         with self.log_path.open("wb") as log, contextlib.closing(theirs):
             if forks is not None and forkserver.serves(spec.device):
                 args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
                 module = "perfcheck.runner.timing_worker"
-                self.child = forks.fork(python, module, args, spec.tree, env, log.fileno(), theirs.fileno())
+                self.child = forks.fork(
+                    python, module, args, spec.tree, env, log.fileno(), theirs.fileno(), walls
+                )
             if self.child is None:
                 with reaper.spawning() as spawned:
                     self.proc = subprocess.Popen(
-                        [
-                            python,
-                            "-m",
-                            "perfcheck.runner.timing_worker",
-                            str(spec_path),
-                            channel.argument_fd(theirs.fileno()),
-                        ],
+                        sandboxed(
+                            [
+                                python,
+                                "-m",
+                                "perfcheck.runner.timing_worker",
+                                str(spec_path),
+                                channel.argument_fd(theirs.fileno()),
+                            ],
+                            walls,
+                        ),
                         cwd=spec.tree,
                         env=env,
                         stdin=subprocess.DEVNULL,
@@ -552,17 +559,22 @@ def latency_samples(pairs: Sequence[dict[str, SideRecord]]) -> dict[str, Compile
 
 def pair_caches(workdir: Path, workload: str, first: bool) -> dict[str, Path]:
     """The compile caches of the next pairs' processes. ``first``: nothing compiled this workload
-    yet, so each side compiles cold into its own cache (the cold-compile figure). After that, both
-    sides start from one cache merged from their own, base's files over head's, so identical code
-    runs identical kernels with identical autotuning choices (``merge_caches`` says why)."""
+    yet, so each side compiles cold into its own cache (the cold-compile figure). After that, each
+    side starts from a cache the orchestrator builds: head's from its own with base's files over
+    it, so identical code runs identical kernels with identical autotuning choices
+    (``merge_caches`` says why); base's from its own alone. Nothing head's code wrote reaches a
+    base process: the copies are files of their own, and each side's processes see only theirs."""
     own = side_caches(workdir, workload)
     if first:
         return own
-    shared = timing_cache(workdir, workload)
-    if not shared.exists():
-        merge_caches(shared, [own["head"], own["base"]])
-        shared.mkdir(parents=True, exist_ok=True)
-    return dict.fromkeys(SIDES, shared)
+    sources = {"base": [own["base"]], "head": [own["head"], own["base"]]}
+    caches = {"base": timing_cache(workdir, workload, "base")}
+    caches["head"] = timing_cache(workdir, workload, "head")
+    for side, cache in caches.items():
+        if not cache.exists():
+            merge_caches(cache, sources[side])
+            cache.mkdir(parents=True, exist_ok=True)
+    return caches
 
 
 def _next_batch(done: int, cfg: TimingConfig, cold: bool) -> list[int]:

@@ -3,6 +3,10 @@
 The attacks are workloads, as a PR would write them: one forks a daemon into a session of its own
 that rewrites the aggregated results after the probe has ended; one writes a forged result where
 the old worker wrote its result file, and exits before the worker could.
+
+Both run without the per-side sandbox (runner/sandbox.py), which would stop them sooner (the
+results folder is read-only inside it, and a daemon dies with its PID namespace): these are the
+defences beneath it, which hold where a machine cannot make one.
 """
 
 from __future__ import annotations
@@ -12,9 +16,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from conftest import ReviewFn, fast_config, write_tree
 
-from perfcheck.runner import reaper
+from perfcheck.runner import reaper, sandbox
 
 DAEMON = """\
 import os
@@ -70,6 +75,11 @@ def _alive(pid: int) -> bool:
     # A zombie is dead too: it runs nothing and writes nothing.
     with open(f"/proc/{pid}/stat") as f:
         return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture(autouse=True)
+def _unsandboxed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(sandbox.DISABLE_ENV, "0")
 
 
 def test_a_setsid_daemon_does_not_outlive_its_probe(review: ReviewFn, tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ import pytest
 from conftest import ReviewFn, fast_config, write_tree
 
 from perfcheck.review import ReviewRequest, run
+from perfcheck.runner import sandbox
 from perfcheck.runner.forkserver import DISABLE_ENV, ForkServers
+
+# These look at the server from its children (its command line, its pid, killing it), which a
+# sandboxed child cannot (it has a PID namespace of its own: test_sandbox.py); they run unsandboxed.
 
 # build() records what its process looks like from inside, one JSON line per probe process.
 RECORDING = """
@@ -68,6 +72,7 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
 ) -> None:
     record = tmp_path / "record.jsonl"
     monkeypatch.setenv("PERFCHECK_TEST_RECORD", str(record))
+    monkeypatch.setenv(sandbox.DISABLE_ENV, "0")
     base = write_tree(tmp_path / "base", {"model.py": RECORDING})
     head = write_tree(tmp_path / "head", {"model.py": RECORDING})
     result = review(base, head, fast_config(), probes=("compile", "export"))
@@ -90,8 +95,9 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
 
 
 def test_a_probe_that_kills_its_fork_server_is_a_crash_and_the_other_probes_still_run(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(sandbox.DISABLE_ENV, "0")
     fine = RECORDING.replace('os.environ["PERFCHECK_TEST_RECORD"]', "os.devnull")
     base = write_tree(tmp_path / "base", {"model.py": fine})
     head = write_tree(tmp_path / "head", {"model.py": KILLS_ITS_SERVER})

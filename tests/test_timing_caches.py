@@ -1,8 +1,8 @@
-"""The timing processes' compile caches: each side's own for the cold pair, one merged after."""
+"""The timing processes' compile caches: each side's own for the cold pair; after it, a copy per
+side built by the orchestrator, head's with base's files over its own, base's from base alone."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from perfcheck.runner.orchestrate import merge_caches, side_caches, timing_cache
@@ -18,10 +18,10 @@ def test_cold_first_pair_compiles_into_each_sides_own_cache(tmp_path: Path) -> N
     caches = pair_caches(tmp_path, "mlp", first=True)
     assert caches == side_caches(tmp_path, "mlp")
     assert caches["base"] != caches["head"]
-    assert not timing_cache(tmp_path, "mlp").exists()
+    assert not timing_cache(tmp_path, "mlp", "base").exists()
 
 
-def test_later_pairs_share_one_cache_where_base_wins_on_identical_kernels(tmp_path: Path) -> None:
+def test_later_pairs_start_from_copies_where_base_wins_on_identical_kernels(tmp_path: Path) -> None:
     own = side_caches(tmp_path, "mlp")
     _write(own["base"] / "inductor/ab/cabc.best_config", '{"XBLOCK": 64}')
     _write(own["head"] / "inductor/ab/cabc.best_config", '{"XBLOCK": 128}')
@@ -30,19 +30,23 @@ def test_later_pairs_share_one_cache_where_base_wins_on_identical_kernels(tmp_pa
 
     caches = pair_caches(tmp_path, "mlp", first=False)
 
-    shared = timing_cache(tmp_path, "mlp")
-    assert caches == {"base": shared, "head": shared}
-    assert (shared / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 64}'
-    assert (shared / "inductor/cd/chead_only.py").read_text() == "head's own kernel"
-    assert (shared / "triton/k1/kernel.cubin").read_text() == "base cubin"
-    # Replacing a file by rename, as Inductor and Triton write, leaves the sides' caches as they were.
-    tmp = shared / "inductor/ab/new"
-    tmp.write_text('{"XBLOCK": 32}')
-    os.replace(tmp, shared / "inductor/ab/cabc.best_config")
-    assert (own["base"] / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 64}'
-    # The merge happens once: a later batch of pairs keeps what earlier ones wrote.
-    assert pair_caches(tmp_path, "mlp", first=False)["head"] == shared
-    assert (shared / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 32}'
+    head, base = timing_cache(tmp_path, "mlp", "head"), timing_cache(tmp_path, "mlp", "base")
+    assert caches == {"base": base, "head": head}
+    assert (head / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 64}'
+    assert (head / "inductor/cd/chead_only.py").read_text() == "head's own kernel"
+    assert (head / "triton/k1/kernel.cubin").read_text() == "base cubin"
+    # Base's processes read nothing head's code wrote, not even a file only head has.
+    assert (base / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 64}'
+    assert not (base / "inductor/cd/chead_only.py").exists()
+    # Head's code writing into its copy in place (not by rename, as Inductor would) changes no
+    # file of base's: the copies share no inode with the sides' caches or with each other.
+    with (head / "triton/k1/kernel.cubin").open("w") as f:
+        f.write("poisoned")
+    assert (base / "triton/k1/kernel.cubin").read_text() == "base cubin"
+    assert (own["base"] / "triton/k1/kernel.cubin").read_text() == "base cubin"
+    # The copies are made once: a later batch of pairs keeps what earlier ones wrote.
+    assert pair_caches(tmp_path, "mlp", first=False)["head"] == head
+    assert (head / "triton/k1/kernel.cubin").read_text() == "poisoned"
 
 
 def test_merging_nothing_still_gives_a_cache_to_fill(tmp_path: Path) -> None:

@@ -1,0 +1,308 @@
+"""Each side's probe processes in a sandbox of their own: ``enter(view)`` in a process about to
+run PR code, or ``python -m perfcheck.runner.sandbox VIEW -- ARGV`` around a fresh one.
+
+Why: head's code runs with the same rights as everything it is compared against. Without walls
+it can rewrite base's tree so that base measures head's code, append to perfcheck's installed
+modules, write a compile cache base reads, or reach the orchestrator's descriptors through
+``/proc/<pid>/fd`` and ``pidfd_getfd`` (issue 29, docs/security.md).
+
+What a sandboxed process sees, built from Linux user, mount, PID, network and IPC namespaces, the
+mechanism rootless containers use (no privilege, no setuid helper):
+
+- the whole file system read-only: its own tree, perfcheck's install and interpreter, the review's
+  folder and every other path; writable only the folders ``view.writable`` names (its side's
+  compile caches), a private ``/tmp`` (its side's scratch folder) and a private ``/dev/shm``;
+- ``view.hidden`` (the other side's tree, every compile cache of the review) replaced by an empty
+  read-only folder, except what ``view.visible`` and ``view.writable`` put back;
+- a PID namespace of its own with a fresh ``/proc``: no other process of the machine can be named,
+  so none can be traced, signalled, or entered through ``/proc/<pid>/root``, ``/fd`` or ``/mem``;
+- a network namespace with only loopback (torchrun's and gloo's rendezvous stay on the side) and
+  System V IPC of its own.
+
+The mounts are made in a user namespace, then locked by a second one nested in it: the kernel then
+refuses to make a read-only mount writable or to unmount what hides a folder, even for code that
+is root inside. The process that entered stays outside the PID namespace as its first process's
+parent and ends as that process ends (same exit code, same signal), so the orchestrator waits for,
+times out and kills a sandboxed probe as it did before.
+
+Only the standard library here: the launcher starts in a fresh interpreter before every probe
+process that does not come from a fork server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+DISABLE_ENV = "PERFCHECK_SANDBOX"  # "0": probe processes run without a sandbox (debugging only)
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the unified syscall table)
+PR_SET_PDEATHSIG = 1
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+class Unavailable(Exception):
+    """The kernel or the machine's policy refuses a sandbox here: why."""
+
+
+@dataclass(frozen=True)
+class View:
+    """What one side's processes see besides the read-only file system: perfcheck.spec.Walls as the
+    launcher reads it, without pydantic (a fresh interpreter starts it before every process)."""
+
+    scratch: str  # this side's own folder, mounted at /tmp
+    writable: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    visible: tuple[str, ...] = field(default=())  # put back read-only where a hidden folder covers it
+
+    @staticmethod
+    def from_json(text: str) -> View:
+        data = json.loads(text)
+        return View(
+            scratch=str(data["scratch"]),
+            writable=tuple(str(p) for p in data["writable"]),
+            hidden=tuple(str(p) for p in data["hidden"]),
+            visible=tuple(str(p) for p in data["visible"]),
+        )
+
+
+def enabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "1") != "0"
+
+
+@cache
+def unavailable() -> str | None:
+    """Why a sandbox cannot be made on this machine (None: it can), tried once per process in a
+    fresh interpreter: the user namespaces a sandbox needs are a kernel setting (and a policy of
+    AppArmor, SELinux or a container's seccomp profile) that differs between machines."""
+    if not sys.platform.startswith("linux"):
+        return f"Linux namespaces are needed; this is {sys.platform}"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "perfcheck.runner.sandbox", "--check"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            env={**os.environ, "PYTHONSAFEPATH": "1"},
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return f"the check could not run: {err}"
+    if done.returncode == 0:
+        return None
+    return (done.stderr.strip().splitlines() or [f"the check exited with code {done.returncode}"])[-1]
+
+
+def command(view_json: str, argv: Sequence[str], python: str = sys.executable) -> list[str]:
+    """``argv`` run behind the walls ``view_json`` describes: the launcher's command line."""
+    return [python, "-m", "perfcheck.runner.sandbox", view_json, "--", *argv]
+
+
+# --- inside the process that enters ------------------------------------------------------------
+
+
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise Unavailable(f"{what}: {os.strerror(errno)}")
+
+
+def _unshare(flags: int, what: str) -> None:
+    _check(_libc().unshare(flags), what)
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    """This process's user and group, the same numbers inside its new user namespace."""
+    Path("/proc/self/setgroups").write_text("deny")
+    Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
+    Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    libc = _libc()
+    enc = [None if s is None else s.encode() for s in (source, target, fstype, data)]
+    _check(libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _setattr(path: str, recursive: bool, read_only: bool) -> None:
+    attr = _MountAttr(MOUNT_ATTR_RDONLY if read_only else 0, 0 if read_only else MOUNT_ATTR_RDONLY, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    result = _libc().syscall(
+        SYS_MOUNT_SETATTR, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    _check(result, f"mount_setattr {path}")
+
+
+def _under(path: str, folders: Sequence[str]) -> bool:
+    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
+
+
+def _build_mounts(view: View) -> None:
+    """In a new mount namespace (owned by this process's new user namespace): the view's walls."""
+    real = os.path.realpath
+    hidden = [real(p) for p in view.hidden if os.path.isdir(p)]
+    writable = [real(p) for p in view.writable if os.path.isdir(p)]
+    covered = [*hidden, "/tmp"]
+    visible = [real(p) for p in view.visible if os.path.isdir(p) and _under(real(p), covered)]
+    # Opened before anything covers them: a covered folder is bound back from its descriptor.
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in {*writable, *visible, real(view.scratch)}}
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing made here reaches the machine's mounts
+    _mount(f"/proc/self/fd/{fds[real(view.scratch)]}", "/tmp", None, MS_BIND)
+    for path in hidden:
+        if not _under(path, ["/tmp"]):  # under /tmp it is gone already: /tmp is the scratch folder
+            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+    for path in sorted({*visible, *writable}, key=len):
+        if _under(path, covered):
+            os.makedirs(path, exist_ok=True)  # a mount point inside the empty folder that hides it
+        _mount(f"/proc/self/fd/{fds[path]}", path, None, MS_BIND | MS_REC)
+    for fd in fds.values():
+        os.close(fd)
+    _setattr("/", recursive=True, read_only=True)
+    for path in ["/tmp", *writable]:
+        _setattr(path, recursive=False, read_only=False)
+    with contextlib.suppress(Unavailable):  # a machine without /dev/shm runs without one
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def _loopback_up() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(sock, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(sock, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
+def _relay(pid: int) -> None:
+    """The entering process, outside the PID namespace: end as its first process ends."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        # Forwarded: the first process of a PID namespace gets from outside only the signals it
+        # has a handler for (and SIGKILL), as it would have got them without a sandbox.
+        signal.signal(sig, lambda s, _f: os.kill(pid, s))
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except InterruptedError:
+            continue
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    os._exit(code if code >= 0 else 128 - code)
+
+
+def enter(view: View) -> None:
+    """Put this process's future behind ``view``'s walls. Returns in the sandbox's first process;
+    the calling process waits outside for it and ends as it ends. Call with one thread (a fresh
+    interpreter, or a child just forked). Raises Unavailable before anything is changed where the
+    kernel refuses the first step."""
+    uid, gid = os.geteuid(), os.getegid()
+    os.makedirs(view.scratch, exist_ok=True)
+    for path in view.writable:
+        os.makedirs(path, exist_ok=True)
+    _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC, "unshare")
+    _map_ids(uid, gid)
+    _build_mounts(view)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        _relay(pid)
+    # The first process of the new PID namespace: it dies with its relay, and so does the rest.
+    _check(_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _loopback_up()
+    # Locked: copied into a namespace owned by a less privileged user namespace, these mounts can
+    # no longer be made writable or taken away, not even by root inside.
+    _unshare(CLONE_NEWUSER | CLONE_NEWNS, "unshare (lock)")
+    _map_ids(uid, gid)
+
+
+def _check_main() -> int:
+    """``--check``: make a sandbox of a scratch folder and try its walls from inside."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="perfcheck-sandbox-check-") as root:
+        scratch, hidden = Path(root, "scratch"), Path(root, "hidden")
+        hidden.mkdir()
+        (hidden / "secret").write_text("x")
+        pid = os.fork()
+        if pid == 0:
+            try:
+                enter(View(scratch=str(scratch), hidden=(str(hidden),)))
+                assert not (hidden / "secret").exists(), "a hidden folder shows through"
+                assert os.getpid() == 1, "no PID namespace of its own"
+                Path("/tmp/probe").write_text("x")
+                try:
+                    Path(sys.executable).with_name("perfcheck-sandbox-check").write_text("x")
+                except OSError:
+                    pass
+                else:
+                    raise AssertionError("the interpreter's folder is writable")
+            except (Unavailable, OSError, AssertionError) as err:
+                print(f"{type(err).__name__}: {err}", file=sys.stderr)
+                os._exit(1)
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0 and not (scratch / "probe").exists():
+            print("AssertionError: the scratch folder is not the sandbox's /tmp", file=sys.stderr)
+            return 1
+        return 0 if code == 0 else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--check"]:
+        return _check_main()
+    if len(args) < 3 or args[1] != "--":
+        print("usage: python -m perfcheck.runner.sandbox VIEW_JSON -- COMMAND [ARG...]", file=sys.stderr)
+        return 2
+    try:
+        view = View.from_json(args[0])
+        enter(view)
+    except (Unavailable, OSError, ValueError, KeyError) as err:
+        print(f"perfcheck sandbox: {err}", file=sys.stderr)
+        return 125
+    try:
+        os.execvp(args[2], args[2:])
+    except OSError as err:
+        print(f"perfcheck sandbox: cannot run {args[2]}: {err}", file=sys.stderr)
+        return 127
+
+
+if __name__ == "__main__":
+    sys.exit(main())
