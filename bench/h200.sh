@@ -13,6 +13,9 @@
 #   bench/h200.sh compile-latency [MEASURE] [RUNS]    -> $OUT/cl-*/ (compile latency: A/A twice, then a
 #                                                        twice-as-deep head; ResNet-18/34, inductor)
 #   bench/h200.sh forkserver                          -> $OUT/fs-*/ (per-side probes forked and fresh, on CUDA)
+#   bench/h200.sh sandbox                             -> $OUT/sandbox.json (bench/sandbox.py: the per-side
+#                                                        sandbox's check, a hostile head's attacks on CUDA,
+#                                                        the demo sandboxed and not, each timed)
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 #   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
@@ -108,6 +111,12 @@ case "$1" in
       grep -E "cold compile|compile latency|first compile|instructions|seconds|dynamo|AOT|inductor|Inconclusive|straddle" \
         "$OUT/cl-$name.md" | head -12
     done
+    ;;
+  sandbox)
+    timeout "${TIMEOUT:-560}" python3 bench/sandbox.py --device cuda --out /tmp/sandbox > "$OUT/sandbox.json"
+    echo "sandbox: exit code $?"
+    cat "$OUT/sandbox.json"
+    tail -5 /tmp/sandbox/*-progress.log
     ;;
   demo)
     python3 -m perfcheck review --base examples/demo/base --head examples/demo/head --device cuda --jobs 4 \

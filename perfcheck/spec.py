@@ -5,6 +5,7 @@ Torch-free, so the orchestrator can build it without importing torch.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -30,6 +31,12 @@ class LatencyPlan(BaseModel):
     compiles: int
 
 
+def side_files(probes_dir: Path, side: str) -> Path:
+    """The folder in the review's probes folder where a side's processes write what they hand
+    on as files (a profile's trace): the one place of the review's a sandboxed side may write."""
+    return probes_dir / "files" / side
+
+
 class Walls(BaseModel):
     """What a side's probe processes see besides a read-only file system (runner/sandbox.py): its
     own scratch folder as /tmp, the folders it may write, those hidden from it (the other side's
@@ -41,9 +48,15 @@ class Walls(BaseModel):
     writable: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
     visible: tuple[str, ...] = ()
+    # (folder, path): the folder shown, writable, at the path: head's own copy of base's compile
+    # cache where base's is, since cache entries name the folder they were compiled in.
+    moved: tuple[tuple[str, str], ...] = ()
 
     def with_writable(self, *paths: object) -> Walls:
         return self.model_copy(update={"writable": (*self.writable, *(str(p) for p in paths))})
+
+    def with_moved(self, folder: object, path: object) -> Walls:
+        return self.model_copy(update={"moved": (*self.moved, (str(folder), str(path)))})
 
 
 class ProbeSpec(BaseModel):

@@ -38,7 +38,7 @@ from perfcheck.schema import (
     WorkloadReview,
     load_model,
 )
-from perfcheck.spec import LatencyPlan, ProbeSpec, Walls
+from perfcheck.spec import LatencyPlan, ProbeSpec, Walls, side_files
 
 LOG_TAIL_LINES = 12
 REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
@@ -98,10 +98,32 @@ def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
     return {side: workdir / "cache" / f"{side}-{workload}" for side in ("base", "head")}
 
 
-def timing_cache(workdir: Path, workload: str, side: Side) -> Path:
-    """The compile cache a side's timing processes share once the sides' own caches are filled
-    (runner/timing.py ``pair_caches``)."""
-    return workdir / "cache" / f"timing-{side}-{workload}"
+def base_for_head(workdir: Path, workload: str) -> Path:
+    """Head's own copy of base's compile cache, which head's processes see at base's cache's path
+    (runner/sandbox.py ``moved``): entries of base's that head's cache got name base's folder
+    (Triton's groups list absolute paths, Inductor writes beside a kernel it loaded), and head's
+    code must write none of base's."""
+    return workdir / "cache" / f"base-for-head-{workload}"
+
+
+def copy_base_for_head(workdir: Path, workload: str) -> None:
+    """A fresh copy of base's compile cache for head's processes (``base_for_head``)."""
+    copy = base_for_head(workdir, workload)
+    shutil.rmtree(copy, ignore_errors=True)
+    merge_caches(copy, [side_caches(workdir, workload)["base"]])
+    copy.mkdir(parents=True, exist_ok=True)
+
+
+def sandboxed_walls(spec: ProbeSpec, workdir: Path, *writable: Path) -> Walls | None:
+    """``spec.walls`` with the folders a process may write besides, and for head, its copy of
+    base's cache shown where base's is, once the orchestrator made one."""
+    if spec.walls is None:
+        return None
+    walls = spec.walls.with_writable(*writable)
+    copy = base_for_head(workdir, spec.workload.name)
+    if spec.side == "head" and copy.is_dir():
+        walls = walls.with_moved(copy, side_caches(workdir, spec.workload.name)["base"])
+    return walls
 
 
 def merge_caches(into: Path, sources: Sequence[Path]) -> None:
@@ -272,7 +294,7 @@ def run_probe(
         env.update(extra_env or {})
         if not forkserver.serves(spec.device):
             forks = None
-        walls = spec.walls.with_writable(folder, *writable) if spec.walls else None
+        walls = sandboxed_walls(spec, workdir, folder, *writable)
         ended = run_module(
             python,
             "perfcheck.runner.worker",
@@ -334,23 +356,46 @@ def interpreter_folders(python: str) -> list[Path]:
     return found
 
 
+def entry_folders(run: ReviewRun, tree: Path) -> list[Path]:
+    """The folders of workload files a config names outside the tree (``../ci/bench.py:build``),
+    which the side's processes must read."""
+    root = tree.resolve()
+    found = []
+    for wl in run.workloads:
+        target = wl.entry.rpartition(":")[0]
+        if target.endswith(".py"):
+            path = (root / target).resolve()
+            if not path.is_relative_to(root):
+                found.append(path.parent)
+    return found
+
+
 def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
     """The sandbox of ``side``'s probe processes (None where the review runs without): the other
-    side's tree and every compile cache of the review hidden, its own tree, the review's folder and
-    the interpreters visible and read-only, its own scratch folder as /tmp. Each process adds the
-    caches it may write (``run_module``)."""
+    side's tree, and every scratch and files folder of the review but its own, hidden (and from
+    base every compile cache but its own: head reads base's, read-only); its
+    own tree, the review's output folder, workload files outside the tree and the interpreters
+    visible and read-only; its own scratch folder as /tmp; its files folder (a profile's trace)
+    writable. Each process adds the caches it may write (``run_probe``, ``TimingWorker``)."""
     if not run.sandboxed:
         return None
-    workdir = run.out_dir.resolve() / "probes"
+    out = run.out_dir.resolve()
+    workdir = out / "probes"
     other = run.head if side.side == "base" else run.base
-    visible = [side.tree.resolve(), workdir, *interpreter_folders(side.python)]
+    visible = [side.tree.resolve(), out, *interpreter_folders(side.python), *entry_folders(run, side.tree)]
+    # Head's processes read base's compile caches (read-only): a kernel's cache entries name the
+    # folder it was compiled in (Triton's groups list absolute paths), and identical code must
+    # find base's kernels and autotuning choices (runner/timing.py ``pair_caches``). Nothing of
+    # the caches head's processes write is seen by base's.
+    caches = () if side.side == "head" else (workdir / "cache",)
+    hidden = (other.tree.resolve(), *caches, workdir / "scratch", workdir / "files")
     shared = os.environ.get(SHARED_CACHE_ENV)
     return Walls(
         scratch=str(workdir / "scratch" / side.side),
-        hidden=(str(other.tree.resolve()), str(workdir / "cache"), str(workdir / "scratch")),
+        hidden=tuple(str(p) for p in hidden),
         visible=tuple(dict.fromkeys(str(p) for p in visible)),
         # The one cache of SHARED_CACHE_ENV is every process's, both sides' (a test-only knob).
-        writable=(shared,) if shared else (),
+        writable=(str(side_files(workdir, side.side)), *((shared,) if shared else ())),
     )
 
 
@@ -531,6 +576,7 @@ class _Review:
         if base.status != "ok" or not source.is_dir():
             return cache, False
         shutil.copytree(source, cache, symlinks=True)
+        copy_base_for_head(self.workdir, wl.name)
         return cache, True
 
     def _callgrind_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:

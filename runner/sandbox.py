@@ -75,6 +75,7 @@ class View:
     writable: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
     visible: tuple[str, ...] = field(default=())  # put back read-only where a hidden folder covers it
+    moved: tuple[tuple[str, str], ...] = ()  # (folder, path): the folder shown writable at the path
 
     @staticmethod
     def from_json(text: str) -> View:
@@ -84,6 +85,7 @@ class View:
             writable=tuple(str(p) for p in data["writable"]),
             hidden=tuple(str(p) for p in data["hidden"]),
             visible=tuple(str(p) for p in data["visible"]),
+            moved=tuple((str(a), str(b)) for a, b in data.get("moved", ())),
         )
 
 
@@ -167,27 +169,34 @@ def _setattr(path: str, recursive: bool, read_only: bool) -> None:
     _check(result, f"mount_setattr {path}")
 
 
-def _under(path: str, folders: Sequence[str]) -> bool:
-    return any(path == f or path.startswith(f.rstrip("/") + "/") for f in folders)
-
-
 def _build_mounts(view: View) -> None:
-    """In a new mount namespace (owned by this process's new user namespace): the view's walls."""
+    """In a new mount namespace (owned by this process's new user namespace): the view's walls.
+
+    /tmp first (the side's scratch folder), then every hidden and every bound folder in order of
+    depth, so that each lands on what its parent became: a folder put back inside a hidden one
+    (its own tree inside the other's, its cache inside the review's caches) shows, and a hidden
+    folder inside one put back (the review's caches inside the review's folder) stays hidden."""
     real = os.path.realpath
     hidden = [real(p) for p in view.hidden if os.path.isdir(p)]
     writable = [real(p) for p in view.writable if os.path.isdir(p)]
-    covered = [*hidden, "/tmp"]
-    visible = [real(p) for p in view.visible if os.path.isdir(p) and _under(real(p), covered)]
+    bound = [*writable, *(real(p) for p in view.visible if os.path.isdir(p))]
     # Opened before anything covers them: a covered folder is bound back from its descriptor.
-    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in {*writable, *visible, real(view.scratch)}}
+    fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in {*bound, real(view.scratch)}}
+    moved = {
+        real(dst): os.open(src, os.O_PATH | os.O_DIRECTORY) for src, dst in view.moved if os.path.isdir(dst)
+    }
+    fds.update(moved)  # a moved folder's path is bound from its folder's descriptor
+    bound += list(moved)
+    writable += list(moved)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing made here reaches the machine's mounts
     _mount(f"/proc/self/fd/{fds[real(view.scratch)]}", "/tmp", None, MS_BIND)
-    for path in hidden:
-        if not _under(path, ["/tmp"]):  # under /tmp it is gone already: /tmp is the scratch folder
-            _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
-    for path in sorted({*visible, *writable}, key=len):
-        if _under(path, covered):
-            os.makedirs(path, exist_ok=True)  # a mount point inside the empty folder that hides it
+    layers = sorted({(p, 0) for p in hidden} | {(p, 1) for p in bound}, key=lambda x: (len(x[0]), x[1]))
+    for path, kind in layers:
+        if kind == 0:
+            if os.path.isdir(path):  # gone already where /tmp, the scratch folder, covers it
+                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+            continue
+        os.makedirs(path, exist_ok=True)  # a mount point inside the empty folder that covers it
         _mount(f"/proc/self/fd/{fds[path]}", path, None, MS_BIND | MS_REC)
     for fd in fds.values():
         os.close(fd)
@@ -231,7 +240,7 @@ def enter(view: View) -> None:
     kernel refuses the first step."""
     uid, gid = os.geteuid(), os.getegid()
     os.makedirs(view.scratch, exist_ok=True)
-    for path in view.writable:
+    for path in [*view.writable, *(src for src, _ in view.moved)]:
         os.makedirs(path, exist_ok=True)
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC, "unshare")
     _map_ids(uid, gid)

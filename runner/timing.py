@@ -36,11 +36,12 @@ from perfcheck.runner import channel, forkserver, reaper
 from perfcheck.runner.orchestrate import (
     REAP_WAIT_S,
     SideSetup,
+    copy_base_for_head,
     merge_caches,
     probe_env,
     sandboxed,
+    sandboxed_walls,
     side_caches,
-    timing_cache,
 )
 from perfcheck.schema import (
     CompileLatency,
@@ -55,6 +56,7 @@ from perfcheck.schema import (
 from perfcheck.spec import LatencyPlan, ProbeSpec
 
 SIDES = ("base", "head")
+MERGED_MARK = ".perfcheck-merged-from-base"  # in head's cache, once base's files are in it
 MAX_STEPS_PER_ROUND = 2000
 LATENCY_COMPILE_THREADS = 4
 MAX_REPLY = 16 * 1024 * 1024  # a reply line longer than this is no reply: the worker runs PR code
@@ -98,7 +100,7 @@ class TimingWorker:
             # up: six processes of a first look with a pool each the size of the machine would
             # import torch a hundred times at once.
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(LATENCY_COMPILE_THREADS))
-        walls = spec.walls.with_writable(cache) if spec.walls is not None else None
+        walls = sandboxed_walls(spec, workdir, cache)
         with self.log_path.open("wb") as log, contextlib.closing(theirs):
             if forks is not None and forkserver.serves(spec.device):
                 args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
@@ -558,23 +560,21 @@ def latency_samples(pairs: Sequence[dict[str, SideRecord]]) -> dict[str, Compile
 
 
 def pair_caches(workdir: Path, workload: str, first: bool) -> dict[str, Path]:
-    """The compile caches of the next pairs' processes. ``first``: nothing compiled this workload
-    yet, so each side compiles cold into its own cache (the cold-compile figure). After that, each
-    side starts from a cache the orchestrator builds: head's from its own with base's files over
-    it, so identical code runs identical kernels with identical autotuning choices
-    (``merge_caches`` says why); base's from its own alone. Nothing head's code wrote reaches a
-    base process: the copies are files of their own, and each side's processes see only theirs."""
+    """The compile caches of the next pairs' processes: each side's own, which its compile probe
+    (or, where nothing compiled the workload yet, ``first``, its first pair's cold compile)
+    filled. After the first, base's files are copied over head's once, so identical code runs
+    identical kernels with identical autotuning choices (``merge_caches`` says why). The caches
+    stay where they were compiled, since entries name their folder; head's processes see base's
+    read-only (runner/orchestrate.py ``side_walls``), and nothing head's code writes reaches a
+    base process: base's cache has only base's files, and copies share no inode."""
     own = side_caches(workdir, workload)
-    if first:
-        return own
-    sources = {"base": [own["base"]], "head": [own["head"], own["base"]]}
-    caches = {"base": timing_cache(workdir, workload, "base")}
-    caches["head"] = timing_cache(workdir, workload, "head")
-    for side, cache in caches.items():
-        if not cache.exists():
-            merge_caches(cache, sources[side])
-            cache.mkdir(parents=True, exist_ok=True)
-    return caches
+    merged = own["head"] / MERGED_MARK
+    if not first and not merged.exists():
+        merge_caches(own["head"], [own["base"]])
+        own["head"].mkdir(parents=True, exist_ok=True)
+        copy_base_for_head(workdir, workload)
+        merged.touch()
+    return own
 
 
 def _next_batch(done: int, cfg: TimingConfig, cold: bool) -> list[int]:

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import git, git_commit, perfcheck_cli, write_tree
 
+from perfcheck.runner import sandbox
+
 # A graph break in head (base has none), so the default budget, 0 new breaks, fails the review.
 MODEL = """\
 import torch
@@ -56,6 +58,11 @@ except OSError:
 """
 
 
+# The attacks run without the per-side sandbox, in which the tree is read-only to its own code and
+# the rewrite fails at once (test_sandbox.py): what is shown here is the defence beneath it, which
+# holds where a machine cannot make a sandbox (UNSANDBOXED).
+
+
 def _trees(root: Path, *, head_is_checkout: bool) -> tuple[Path, Path]:
     base = write_tree(root / "base", {"model.py": MODEL.replace("{change}", "pass")})
     head_files = {"model.py": REWRITE + MODEL.replace("{change}", BREAK), "perfcheck.yml": CONFIG}
@@ -75,9 +82,11 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     (base checkout, head checkout, probes.json)."""
     base, head = _trees(tmp_path_factory.mktemp("adopt"), head_is_checkout=True)
     out = head.parent / "probed"
-    done = perfcheck_cli(
-        "probe", "--base", str(base), "--head", str(head), "--probes", "compile", "--out", str(out)
-    )
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(sandbox.DISABLE_ENV, "0")  # UNSANDBOXED, above, says why
+        done = perfcheck_cli(
+            "probe", "--base", str(base), "--head", str(head), "--probes", "compile", "--out", str(out)
+        )
     assert done.returncode == 0, done.stderr
     return base, head, out / "probes.json"
 
@@ -100,8 +109,11 @@ def test_a_workload_that_rewrites_the_prs_config_is_judged_by_the_committed_one(
     assert "as committed" in top and "no more loosely than perfcheck's defaults" in top
 
 
-def test_a_first_adoption_in_a_plain_tree_is_read_before_any_probe_runs(tmp_path: Path) -> None:
+def test_a_first_adoption_in_a_plain_tree_is_read_before_any_probe_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # No git here (a tree copied out of a checkout): the file is read before the first probe.
+    monkeypatch.setenv(sandbox.DISABLE_ENV, "0")  # UNSANDBOXED, above, says why
     base, head = _trees(tmp_path, head_is_checkout=False)
     out = tmp_path / "out"
     done = perfcheck_cli(

@@ -119,7 +119,7 @@ def test_review_names_an_added_op(tmp_path: Path, review: ReviewFn) -> None:
         assert side.status == "ok", side.message
         assert side.trace is not None and side.trace.steps == 3
         assert all(k.kind == "cpu_op" and k.name.startswith("aten::") for k in side.trace.kernels)
-        assert side.trace.trace_file == f"probes/{side.side}-net-profile.pt.trace.json.gz"
+        assert side.trace.trace_file == f"probes/files/{side.side}/{side.side}-net-profile.pt.trace.json.gz"
         # the recorded trace is there, and says what the result says
         trace = summarize(tmp_path / "out" / side.trace.trace_file)
         assert trace.steps == 3 and {o.name for o in trace.cpu_ops} >= {k.name for k in side.trace.kernels}

@@ -13,132 +13,16 @@ from pathlib import Path
 
 import pytest
 from conftest import ReviewFn, model_tree, write_tree
+from hostile_head import ATTACKS, HOSTILE, attacks_in
 
 from perfcheck import preflight
-from perfcheck.runner import sandbox
+from perfcheck.runner import orchestrate, sandbox
 from perfcheck.runner.forkserver import DISABLE_ENV as FORKSERVER_ENV
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
-
-# Each attack prints one line, ATTACK <name>: held <why> | BROKE; the test reads them from the log.
-HOSTILE = """\
-import ctypes
-import glob
-import os
-import sys
-
-import perfcheck
-import torch
-from torch import nn
-
-BASE_MODEL = {base_model!r}
-ORCHESTRATOR = {orchestrator}
-
-
-def attempt(name, act):
-    try:
-        act()
-    except OSError as err:
-        print(f"ATTACK {{name}}: held {{err.strerror}}", flush=True)
-    else:
-        print(f"ATTACK {{name}}: BROKE", flush=True)
-
-
-def rewrite_base():
-    with open(BASE_MODEL, "w") as f:
-        f.write(open(__file__).read().replace("torch.relu", "torch.nn.functional.gelu"))
-
-
-def plant_in(folder):
-    def act():
-        path = os.path.join(folder, "perfcheck_planted.py")
-        with open(path, "x") as f:
-            f.write("print('planted')")
-        os.unlink(path)  # proved; leave nothing behind even when it broke
-    return act
-
-
-def poison_base_cache():
-    workdir = os.path.dirname(os.path.abspath(sys.argv[1]))  # OUT/probes/<stem>.spec.json
-    found = glob.glob(os.path.join(workdir, "cache", "base-*"))
-    if not found:
-        raise FileNotFoundError(2, "no cache of base's to be found")
-    with open(os.path.join(found[0], "poison"), "w") as f:
-        f.write("x")
-
-
-def orchestrator_fds():
-    os.listdir(f"/proc/{{ORCHESTRATOR}}/fd")
-
-
-def pidfd_open():
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.syscall(434, ORCHESTRATOR, 0) < 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-
-
-def fork_server():
-    # The process this one was forked from (a fork server) or started by: named, it could be
-    # killed, traced or asked for processes. In a PID namespace of its own it has no parent to see.
-    parent = os.getppid()
-    if parent == 0:
-        raise OSError(3, "no parent process to be seen")
-    open(f"/proc/{{parent}}/cmdline").read()
-
-
-def shared_tmp():
-    with open("/tmp/perfcheck-sandbox-attack", "w") as f:
-        f.write("x")
-    # Written: fine if this /tmp is the side's own, which the test checks from outside.
-    raise OSError(0, "written to this side's own /tmp")
-
-
-class Net(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(16, 32)
-        self.fc2 = nn.Linear(32, 4)
-
-    def forward(self, x):
-        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-
-def build(device):
-    attempt("base tree", rewrite_base)
-    attempt("perfcheck install", plant_in(os.path.dirname(perfcheck.__file__)))
-    attempt("torch install", plant_in(os.path.dirname(torch.__file__)))
-    attempt("base cache", poison_base_cache)
-    attempt("orchestrator fds", orchestrator_fds)
-    attempt("pidfd_open", pidfd_open)
-    attempt("fork server", fork_server)
-    attempt("tmp", shared_tmp)
-    gen = torch.Generator().manual_seed(0)
-    return Net().to(device), (torch.randn(8, 16, generator=gen).to(device),)
-"""
-
-ATTACKS = (
-    "base tree",
-    "perfcheck install",
-    "torch install",
-    "base cache",
-    "orchestrator fds",
-    "pidfd_open",
-    "fork server",
-)
 
 needs_sandbox = pytest.mark.skipif(
     sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"
 )
-
-
-def attacks_in(out: Path) -> dict[str, str]:
-    """Every ATTACK line of head's probe logs: name -> what happened."""
-    found: dict[str, str] = {}
-    for log in sorted((out / "probes").glob("head-*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            if line.startswith("ATTACK "):
-                name, _, outcome = line.removeprefix("ATTACK ").partition(": ")
-                found[name] = outcome
-    return found
 
 
 @needs_sandbox
@@ -156,6 +40,14 @@ def test_head_cannot_touch_base_perfcheck_caches_or_the_orchestrator(
     head = write_tree(tmp_path / "head", {"model.py": source})
     (Path("/tmp") / "perfcheck-sandbox-attack").unlink(missing_ok=True)
 
+    # The review deletes its caches at its end; kept here, to look at base's after head's attack.
+    real_rmtree = orchestrate.shutil.rmtree
+
+    def keep_caches(path: str | os.PathLike[str], *args: object, **kwargs: object) -> None:
+        if Path(path).name != "cache":
+            real_rmtree(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(orchestrate.shutil, "rmtree", keep_caches)
     result = review(base, head, probes=("compile", "export"))
 
     outcomes = attacks_in(tmp_path / "out")
@@ -163,11 +55,45 @@ def test_head_cannot_touch_base_perfcheck_caches_or_the_orchestrator(
     broke = {name: how for name, how in outcomes.items() if not how.startswith("held")}
     assert not broke, broke
     assert (base / "model.py").read_text() == original
-    assert not list((tmp_path / "out" / "probes" / "cache").glob("base-*/poison"))
+    assert (tmp_path / "out" / "probes" / "cache" / "base-net").is_dir()  # kept, to be looked at
+    assert not (tmp_path / "out" / "probes" / "cache" / "base-net" / "poison").exists()
     assert not (Path("/tmp") / "perfcheck-sandbox-attack").exists()
     # Base measured its own code: the IR change head made is found, not hidden by a poisoned base.
     assert "export_ir_changed" in {f.category for f in result.findings}
     assert all(r.status == "ok" for wl in result.workloads for r in [*wl.base, *wl.head])
+
+
+@needs_sandbox
+def test_heads_copy_of_bases_cache_is_where_bases_is_and_base_keeps_its_own(tmp_path: Path) -> None:
+    """Cache entries name the folder they were compiled in (Triton's groups, a kernel's autotuning
+    file beside it): head's processes see their own copy of base's cache at base's path, write
+    there, and base's folder stays as base left it."""
+    cache, copy, scratch = tmp_path / "base-cache", tmp_path / "base-for-head", tmp_path / "scratch"
+    cache.mkdir()
+    (cache / "kernel.best_config").write_text("base")
+    copy.mkdir()
+    (copy / "kernel.best_config").write_text("base")
+    walls = json.dumps(
+        {
+            "scratch": str(scratch),
+            "writable": [],
+            "hidden": [],
+            "visible": [],
+            "moved": [[str(copy), str(cache)]],
+        }
+    )
+    script = f"""
+path = {str(cache / "kernel.best_config")!r}
+assert open(path).read() == "base"
+open(path, "w").write("head's")
+open({str(cache / "new.py")!r}, "w").write("head's")
+"""
+    done = subprocess.run(
+        sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert (cache / "kernel.best_config").read_text() == "base" and not (cache / "new.py").exists()
+    assert (copy / "kernel.best_config").read_text() == "head's" and (copy / "new.py").exists()
 
 
 @needs_sandbox

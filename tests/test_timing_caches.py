@@ -1,12 +1,13 @@
-"""The timing processes' compile caches: each side's own for the cold pair; after it, a copy per
-side built by the orchestrator, head's with base's files over its own, base's from base alone."""
+"""The timing processes' compile caches: each side's own, where its compile probe compiled;
+after the first pair, base's files copied over head's once. Base's cache never gets a file of
+head's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from perfcheck.runner.orchestrate import merge_caches, side_caches, timing_cache
-from perfcheck.runner.timing import pair_caches
+from perfcheck.runner.orchestrate import merge_caches, side_caches
+from perfcheck.runner.timing import MERGED_MARK, pair_caches
 
 
 def _write(path: Path, text: str) -> None:
@@ -18,10 +19,10 @@ def test_cold_first_pair_compiles_into_each_sides_own_cache(tmp_path: Path) -> N
     caches = pair_caches(tmp_path, "mlp", first=True)
     assert caches == side_caches(tmp_path, "mlp")
     assert caches["base"] != caches["head"]
-    assert not timing_cache(tmp_path, "mlp", "base").exists()
+    assert not (caches["head"] / MERGED_MARK).exists()
 
 
-def test_later_pairs_start_from_copies_where_base_wins_on_identical_kernels(tmp_path: Path) -> None:
+def test_later_pairs_find_bases_kernels_in_heads_cache_and_base_gets_nothing_of_heads(tmp_path: Path) -> None:
     own = side_caches(tmp_path, "mlp")
     _write(own["base"] / "inductor/ab/cabc.best_config", '{"XBLOCK": 64}')
     _write(own["head"] / "inductor/ab/cabc.best_config", '{"XBLOCK": 128}')
@@ -30,27 +31,25 @@ def test_later_pairs_start_from_copies_where_base_wins_on_identical_kernels(tmp_
 
     caches = pair_caches(tmp_path, "mlp", first=False)
 
-    head, base = timing_cache(tmp_path, "mlp", "head"), timing_cache(tmp_path, "mlp", "base")
-    assert caches == {"base": base, "head": head}
+    head, base = caches["head"], caches["base"]
+    assert caches == own  # where they were compiled: cache entries name their folder
     assert (head / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 64}'
     assert (head / "inductor/cd/chead_only.py").read_text() == "head's own kernel"
     assert (head / "triton/k1/kernel.cubin").read_text() == "base cubin"
     # Base's processes read nothing head's code wrote, not even a file only head has.
-    assert (base / "inductor/ab/cabc.best_config").read_text() == '{"XBLOCK": 64}'
     assert not (base / "inductor/cd/chead_only.py").exists()
     # Head's code writing into its copy in place (not by rename, as Inductor would) changes no
-    # file of base's: the copies share no inode with the sides' caches or with each other.
+    # file of base's: the copy shares no inode with base's cache.
     with (head / "triton/k1/kernel.cubin").open("w") as f:
         f.write("poisoned")
     assert (base / "triton/k1/kernel.cubin").read_text() == "base cubin"
-    assert (own["base"] / "triton/k1/kernel.cubin").read_text() == "base cubin"
-    # The copies are made once: a later batch of pairs keeps what earlier ones wrote.
+    # The copy is made once: a later batch of pairs keeps what earlier ones wrote.
     assert pair_caches(tmp_path, "mlp", first=False)["head"] == head
     assert (head / "triton/k1/kernel.cubin").read_text() == "poisoned"
 
 
 def test_merging_nothing_still_gives_a_cache_to_fill(tmp_path: Path) -> None:
     caches = pair_caches(tmp_path, "mlp", first=False)
-    assert caches["base"].is_dir()
+    assert caches["head"].is_dir()
     merge_caches(tmp_path / "into", [tmp_path / "missing"])
     assert not (tmp_path / "into").exists()

@@ -26,7 +26,7 @@ from perfcheck.core.trace.summary import OpTotal, TraceSummary, summarize
 from perfcheck.runner import step as steps
 from perfcheck.runner.probes.base import ProbeOutput, Workload, register
 from perfcheck.schema import KernelStat, TraceMetrics
-from perfcheck.spec import ProbeSpec
+from perfcheck.spec import ProbeSpec, side_files
 
 WARMUP_STEPS = 3
 TRACE_SUFFIX = ".pt.trace.json.gz"
@@ -46,8 +46,11 @@ def trace_location(spec: ProbeSpec) -> tuple[Path, str]:
     name = f"{spec.side}-{spec.workload.name}-profile{TRACE_SUFFIX}"
     argv = sys.argv
     if len(argv) >= 2 and argv[1].endswith(".spec.json") and Path(argv[1]).is_file():
-        folder = Path(argv[1]).resolve().parent
-        return folder / name, f"{folder.name}/{name}"
+        probes = Path(argv[1]).resolve().parent
+        # The side's own folder of files: the one place of the review's a sandboxed side writes.
+        folder = side_files(probes, spec.side)
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / name, str((folder / name).relative_to(probes.parent))
     path = Path(tempfile.mkdtemp(prefix="perfcheck-profile-")) / name
     return path, str(path)
 
