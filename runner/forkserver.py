@@ -16,7 +16,9 @@ Safety: a server runs no PR code (it imports torch and perfcheck before any tree
 keeps none of the server's descriptors (with them it could ask for processes or forge a sibling's
 exit); a server in which CUDA got initialized refuses to serve, since CUDA cannot work in a child
 forked after that (with ``--device cuda`` none is tried: ``serves``); anything that goes wrong
-with a server sends its probes back to fresh processes, which is how they ran before.
+with a server sends its probes back to fresh processes, which is how they ran before. A request
+may carry a sandbox (runner/sandbox.py): the child enters it before anything of the job runs, so
+the server and the orchestrator are outside the child's PID namespace, out of its reach.
 
 Protocol, over AF_UNIX SOCK_SEQPACKET sockets (a message is one datagram): the server sends
 ``ready`` on its control socket once imported. A request is one message, JSON ``{module, args, cwd,
