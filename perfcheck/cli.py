@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -15,6 +16,8 @@ from perfcheck import __version__
 from perfcheck.argtypes import positive
 
 EXIT_BAD_INPUT = 2
+# Commands that run probes: Ctrl-C and SIGTERM end every process of theirs and say so in a line.
+STOPPABLE = frozenset({"_cmd_review", "_cmd_probe", "_cmd_bisect", "_cmd_sweep"})
 EXIT_GITHUB = 1  # publish/plan: GitHub refused or could not be reached, after retries
 
 # Every subcommand, in the order `perfcheck --help` lists them, with the line it shows there.
@@ -698,13 +701,49 @@ def _no_workflow_commands() -> Iterator[None]:
         print(f"::{token}::", flush=True)
 
 
+class _Terminated(Exception):
+    """SIGTERM, as KeyboardInterrupt is SIGINT."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    # Every process of the review ends here, before the exception unwinds through the thread pools,
+    # whose shutdown would otherwise wait for every probe still running.
+    from perfcheck.runner import reaper
+
+    reaper.stop_all()
+    raise _Terminated
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    from perfcheck.runner import reaper
+
+    reaper.stop_all()
+    raise KeyboardInterrupt
+
+
+def _stopped(stop: BaseException) -> int:
+    """One line for a review stopped by Ctrl-C or SIGTERM; what is left of it is ended."""
+    from perfcheck.runner import reaper
+
+    ended = reaper.stop_all()
+    name, code = ("SIGTERM", 143) if isinstance(stop, _Terminated) else ("Ctrl-C", 130)
+    more = f"; {ended} process{'es' if ended != 1 else ''} ended" if ended else ""
+    print(f"perfcheck: stopped by {name}: no result written{more}", file=sys.stderr)
+    return code
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
+    if getattr(args.func, "__name__", "") in STOPPABLE:
+        signal.signal(signal.SIGTERM, _terminated)
+        signal.signal(signal.SIGINT, _interrupted)
     try:
         with _no_workflow_commands():
             return int(args.func(args))
+    except (KeyboardInterrupt, _Terminated) as stop:
+        return _stopped(stop)
     except BrokenPipeError:
         # The reader went away (`perfcheck trace diff --json | head`): stop quietly, as `cat`
         # does; stdout goes to /dev/null so that the interpreter's final flush cannot fail again.

@@ -180,6 +180,14 @@ def head_revision(head: Path, pinned: str | None) -> str | None:
     return found or pinned.lower()
 
 
+def write_whole(path: Path, text: str) -> None:
+    """``text`` into ``path`` whole or not at all: written beside it, then renamed, so a review
+    stopped while writing (Ctrl-C, SIGTERM) leaves no half-written result for a later step."""
+    part = path.with_name(f".{path.name}.part")
+    part.write_text(text)
+    os.replace(part, path)
+
+
 def sandboxed() -> bool:
     """Whether this run's probes get a sandbox per side; says so where they do not."""
     try:
@@ -244,7 +252,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
         head_config=request.head_config if request.config_origin == "head" else None,
         costs=budget.costs(),
     )
-    (request.out_dir / "probes.json").write_text(result.model_dump_json(indent=1))
+    write_whole(request.out_dir / "probes.json", result.model_dump_json(indent=1))
     return result
 
 
@@ -404,8 +412,8 @@ def report(
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
     # The review is on disk before anything else can fail (a busy history store, say).
-    (out_dir / "result.json").write_text(review.model_dump_json(indent=1))
-    (out_dir / "comment.md").write_text(comment)
+    write_whole(out_dir / "result.json", review.model_dump_json(indent=1))
+    write_whole(out_dir / "comment.md", comment)
     heatmap = None
     if config.history.enabled:
         from perfcheck.core import history

@@ -200,6 +200,7 @@ class ForkServers:
         enters them before anything of the module runs); None: start it fresh."""
         if not enabled():
             return None
+        reaper.check_stopping()
         differ = LAZY_ENV | VOLATILE_ENV
         key = (python, tuple(sorted((k, v) for k, v in env.items() if k not in differ)))
         with self._lock:  # one start per key, even with probes asking from several threads

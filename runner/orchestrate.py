@@ -351,8 +351,14 @@ def _outcome(result: ProbeResult) -> str:
 def interpreter_folders(python: str) -> list[Path]:
     """Where an interpreter and what it imports live: its environment (a venv's root) and the
     installation it was made from, perfcheck's own source, and this interpreter's."""
+    import perfcheck
+
     found = [Path(python).parent.parent, Path(os.path.realpath(python)).parent.parent]
-    found += [Path(sys.prefix), Path(sys.base_prefix), Path(__file__).resolve().parents[2]]
+    # The folder holding the perfcheck package, and where its linked subpackages really lie
+    # (a checkout: perfcheck/runner -> ../runner, so the checkout's root).
+    package = Path(perfcheck.__file__).parent
+    found += [Path(sys.prefix), Path(sys.base_prefix), package.parent, package.resolve().parent]
+    found += [(package / sub).resolve().parent for sub in ("runner", "core", "bot", "templates")]
     return found
 
 
@@ -531,6 +537,7 @@ class _Review:
             extra_env=self._compile_threads(),
             forks=self.forks,
         )
+        reaper.check_stopping()  # killed by a stop (Ctrl-C, SIGTERM): not a crash to report
         if from_base and result.compile is not None:
             result = result.model_copy(
                 update={"compile": result.compile.model_copy(update={"from_base_cache": True})}

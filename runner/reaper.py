@@ -29,6 +29,16 @@ PR_SET_CHILD_SUBREAPER = 36
 _lock = threading.Lock()
 _started: set[int] = set()  # processes this orchestrator started and still waits for
 _subreaper = False
+_stopping = False  # set by ``stop_all``: no process starts any more
+
+
+class Stopping(Exception):
+    """The review is being stopped (Ctrl-C, SIGTERM): no process may start."""
+
+
+def check_stopping() -> None:
+    if _stopping:
+        raise Stopping("the review is stopping")
 
 
 def become_subreaper() -> bool:
@@ -54,8 +64,10 @@ def guarantee() -> str:
 
 @contextmanager
 def spawning() -> Iterator[Callable[[int], None]]:
-    """Start a process inside: the callable marks its pid as ours before any reaping can look."""
+    """Start a process inside: the callable marks its pid as ours before any reaping can look.
+    Raises Stopping once ``stop_all`` was called."""
     with _lock:
+        check_stopping()
         yield _started.add
 
 
@@ -104,4 +116,28 @@ def reap_orphans() -> list[int]:
     for pid in killed:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
+    return killed
+
+
+def stop_all(rounds: int = 20) -> int:
+    """End every process this one started and everything below it (Ctrl-C, SIGTERM): from now on
+    no process starts (``check_stopping``), each child's process group is killed (a probe, a
+    timing worker, a fork server, a sandbox's relay and with it the sandbox), and what that
+    re-parents here (a fork server's children, a probe's orphans) is killed in the next round,
+    until no child is left. Safe in a signal handler: it takes no lock. The number killed."""
+    global _stopping
+    _stopping = True
+    killed = 0
+    for _ in range(rounds):
+        children = _children()
+        if not children:
+            break
+        for pid, _session in children:
+            for kill in (os.killpg, os.kill):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    kill(pid, signal.SIGKILL)
+            killed += 1
+        for pid, _session in children:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
     return killed

@@ -169,6 +169,11 @@ def _setattr(path: str, recursive: bool, read_only: bool) -> None:
     _check(result, f"mount_setattr {path}")
 
 
+def _holds(folder: str, path: str) -> bool:
+    """Whether ``path`` is ``folder`` or lies inside it."""
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
 def _build_mounts(view: View) -> None:
     """In a new mount namespace (owned by this process's new user namespace): the view's walls.
 
@@ -179,7 +184,10 @@ def _build_mounts(view: View) -> None:
     real = os.path.realpath
     hidden = [real(p) for p in view.hidden if os.path.isdir(p)]
     writable = [real(p) for p in view.writable if os.path.isdir(p)]
-    bound = [*writable, *(real(p) for p in view.visible if os.path.isdir(p))]
+    # Never /tmp itself or a folder above it: that would put the machine's /tmp back in place of
+    # the side's own (and make it writable with it).
+    visible = [real(p) for p in view.visible if os.path.isdir(p)]
+    bound = [*writable, *(p for p in visible if not _holds(p, "/tmp"))]
     # Opened before anything covers them: a covered folder is bound back from its descriptor.
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in {*bound, real(view.scratch)}}
     moved = {

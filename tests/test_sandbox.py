@@ -105,13 +105,21 @@ def test_a_sandboxed_process_sees_its_own_tree_and_writes_only_its_own_folders(t
         folder.mkdir()
     (own / "mine.txt").write_text("mine")
     (other / "theirs.txt").write_text("theirs")
+    (tmp_path / "elsewhere.txt").write_text("the machine's /tmp")
     walls = json.dumps(
-        {"scratch": str(scratch), "writable": [str(cache)], "hidden": [str(other)], "visible": [str(own)]}
+        # "/tmp" asked to be visible too: never granted, the machine's /tmp stays out of sight.
+        {
+            "scratch": str(scratch),
+            "writable": [str(cache)],
+            "hidden": [str(other)],
+            "visible": [str(own), "/tmp"],
+        }
     )
     script = f"""
 import os, sys
 assert open({str(own / "mine.txt")!r}).read() == "mine"
 assert not os.path.exists({str(other / "theirs.txt")!r})
+assert not os.path.exists({str(tmp_path / "elsewhere.txt")!r})
 open({str(cache / "written")!r}, "w").write("ok")
 open("/tmp/scratch-file", "w").write("ok")
 for path in ({str(own / "new")!r}, {sys.prefix + "/planted"!r}):
