@@ -705,30 +705,22 @@ class _Terminated(Exception):
     """SIGTERM, as KeyboardInterrupt is SIGINT."""
 
 
-def _terminated(signum: int, frame: object) -> None:
+def _stop(signum: int, frame: object) -> None:
     # Every process of the review ends here, before the exception unwinds through the thread pools,
     # whose shutdown would otherwise wait for every probe still running.
     from perfcheck.runner import reaper
 
     reaper.stop_all()
-    raise _Terminated
-
-
-def _interrupted(signum: int, frame: object) -> None:
-    from perfcheck.runner import reaper
-
-    reaper.stop_all()
-    raise KeyboardInterrupt
+    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _stopped(stop: BaseException) -> int:
-    """One line for a review stopped by Ctrl-C or SIGTERM; what is left of it is ended."""
+    """One line for a review stopped by Ctrl-C or SIGTERM; a straggler started meanwhile is ended."""
     from perfcheck.runner import reaper
 
-    ended = reaper.stop_all()
+    reaper.stop_all()
     name, code = ("SIGTERM", 143) if isinstance(stop, _Terminated) else ("Ctrl-C", 130)
-    more = f"; {ended} process{'es' if ended != 1 else ''} ended" if ended else ""
-    print(f"perfcheck: stopped by {name}: no result written{more}", file=sys.stderr)
+    print(f"perfcheck: stopped by {name}: no result written", file=sys.stderr)
     return code
 
 
@@ -737,8 +729,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(_command_of(argv))
     args = parser.parse_args(argv)
     if getattr(args.func, "__name__", "") in STOPPABLE:
-        signal.signal(signal.SIGTERM, _terminated)
-        signal.signal(signal.SIGINT, _interrupted)
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
     try:
         with _no_workflow_commands():
             return int(args.func(args))

@@ -219,7 +219,7 @@ def run_module(
         argv = [*prefix, python, "-m", module, str(spec_path), channel.argument(result)]
         with reaper.spawning() as ours:
             proc = subprocess.Popen(
-                sandboxed(argv, walls),
+                behind_walls(argv, walls),
                 cwd=cwd,
                 env=env,
                 stdout=log,
@@ -241,7 +241,7 @@ def run_module(
         return Ended(code, channel.read_back(result))
 
 
-def sandboxed(argv: list[str], walls: Walls | None) -> list[str]:
+def behind_walls(argv: list[str], walls: Walls | None) -> list[str]:
     """``argv``, behind ``walls`` where there are any."""
     return argv if walls is None else sandbox.command(walls.model_dump_json(), argv)
 

@@ -36,10 +36,10 @@ from perfcheck.runner import channel, forkserver, reaper
 from perfcheck.runner.orchestrate import (
     REAP_WAIT_S,
     SideSetup,
+    behind_walls,
     copy_base_for_head,
     merge_caches,
     probe_env,
-    sandboxed,
     sandboxed_walls,
     side_caches,
 )
@@ -111,7 +111,7 @@ class TimingWorker:
             if self.child is None:
                 with reaper.spawning() as spawned:
                     self.proc = subprocess.Popen(
-                        sandboxed(
+                        behind_walls(
                             [
                                 python,
                                 "-m",
