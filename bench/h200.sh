@@ -7,7 +7,7 @@
 #                                                        $OUT/switch-TAG.json and one recorded device pass
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
 #   bench/h200.sh ttv CASES [JOBS]                    -> $OUT/ttv.json (bench/time_to_verdict.py: whole reviews,
-#                                                        default config, each case timed; CASES e.g.
+#                                                        default config and --jobs unless JOBS, each case timed; CASES e.g.
 #                                                        "suite llama-switch"), results in $OUT/ttv/
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh compile-latency [MEASURE] [RUNS]    -> $OUT/cl-*/ (compile latency: A/A twice, then a
@@ -66,7 +66,7 @@ case "$1" in
   ttv)
     # Time to verdict (issue 28): each case one whole `perfcheck review` with the default config.
     for c in $2; do
-      python3 bench/time_to_verdict.py "$c" --device cuda --jobs "${3:-4}" --timeout "${TIMEOUT:-540}" \
+      python3 bench/time_to_verdict.py "$c" --device cuda ${3:+--jobs "$3"} --timeout "${TIMEOUT:-540}" \
         --out "$OUT/ttv.json" --keep "$OUT/ttv"
       echo "ttv $c: exit code $?"
       grep -h "^\[\|^plan\|Time:" "$OUT"/ttv/"$c"-*-progress.log | tail -40

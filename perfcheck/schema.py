@@ -538,6 +538,12 @@ class StepCost(_Strict):
     expected_s: float | None = Field(default=None, ge=0, description="the estimate it was planned with")
     spent_s: float | None = Field(default=None, ge=0)
     note: str | None = Field(default=None, max_length=1000, description="what it was cut to, and why")
+    parts_s: dict[str, float] = Field(
+        default={},
+        max_length=20,
+        description="where a step of several parts spent its time, e.g. the timing step's "
+        "'caches', 'set-up', 'pairs', 'compile latency' and 'ending'",
+    )
 
 
 class ReviewCosts(_Strict):

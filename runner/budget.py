@@ -77,17 +77,21 @@ class Step:
     spent_s: float | None = None
     note: str | None = None
     started: float = field(default=0.0)
+    parts_s: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.started = self.clock()
 
-    def done(self, note: str | None = None) -> None:
+    def done(self, note: str | None = None, parts_s: dict[str, float] | None = None) -> None:
         self.spent_s = round(self.clock() - self.started, 1)
         self.note = note or self.note
+        self.parts_s = {k: round(v, 1) for k, v in (parts_s or {}).items()}
 
     def as_cost(self) -> StepCost:
         expected = round(self.expected_s, 1) if self.expected_s is not None else None
-        return StepCost(step=self.name, expected_s=expected, spent_s=self.spent_s, note=self.note)
+        return StepCost(
+            step=self.name, expected_s=expected, spent_s=self.spent_s, note=self.note, parts_s=self.parts_s
+        )
 
 
 class Budget:

@@ -700,8 +700,8 @@ class _Review:
         if latency_pairs:
             n = min(len(x.samples) for x in pair.latency.values()) if pair.latency else 0
             outcome += f"; compile latency {n} cache-cold per side"
-        step.done()
-        task.finish(outcome)
+        step.done(parts_s=pair.parts_s)
+        task.finish(f"{outcome}{parts_said(pair.parts_s)}")
         out = [*collected, pair.base, pair.head]
         note = self.notes.get(wl.name)
         if latency_pairs and pair.latency:
@@ -873,6 +873,13 @@ def _follow_ups(
         if rejected or any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
             out.append((wl, "custom_ops"))
     return out
+
+
+def parts_said(parts_s: Mapping[str, float]) -> str:
+    """A step's parts as its progress line ends: '; set-up 24 s, pairs 20 s, ...', the parts of
+    a second or more, largest first."""
+    said = [f"{name} {s:.0f} s" for name, s in sorted(parts_s.items(), key=lambda kv: -kv[1]) if s >= 1]
+    return f" — {', '.join(said)}" if said else ""
 
 
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:

@@ -14,6 +14,7 @@ the verdict is reached.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import select
@@ -94,6 +95,7 @@ class TimingWorker:
         self.replies: IO[str] = ours.makefile("r", encoding="utf-8")
         self.proc: subprocess.Popen[bytes] | None = None
         self.child: forkserver.Child | None = None
+        self.quit_sent = False
         env = probe_env(cache)
         if spec.latency is not None and spec.device == "cuda" and spec.compile.rebuild_kernels:
             # Its cache-cold compile uses a small pool of Triton compile workers, started as it sets
@@ -202,15 +204,20 @@ class TimingWorker:
             reaper.finished(self.proc.pid)
         reaper.reap_orphans()
 
+    def ask_to_quit(self) -> None:
+        """Ask it to end, not waiting for it to (``close`` waits)."""
+        if self.channel.fileno() == -1 or self.quit_sent:
+            return
+        self.quit_sent = True
+        with contextlib.suppress(OSError):  # gone already: ``close`` finds out how
+            self.channel.sendall(b'{"cmd": "quit"}\n')
+
     def close(self) -> None:
         if self.channel.fileno() == -1:
             return  # closed already
         if self._wait(0) is None:
-            try:
-                self.send("quit")
-                self._wait(30)
-            except (WorkerFailed, OSError):
-                pass
+            self.ask_to_quit()
+            self._wait(30)
         self.kill()
         self.replies.close()
         self.channel.close()
@@ -341,43 +348,64 @@ def run_pairs(
     conditions: Sequence[Condition] = (Condition(),),
     latency_pairs: int = 0,
     forks: forkserver.ForkServers | None = None,
+    parts: dict[str, float] | None = None,
 ) -> list[dict[str, SideRecord]]:
     """Spawn these pairs' workers, set all of them up at once, then time one pair at a time.
 
     Setting up (import, build, compile from the warm cache, a first step) is host work, done by
     all together; timing is done by one pair alone, the others idle (blocked on their command
-    pipe), so nothing else runs on the GPU or the shared core while a pair is timed.
+    pipe), so nothing else runs on the GPU or the shared core while a pair is timed. Where the
+    time went is added up in ``parts`` (set-up, pairs, compile latency, ending).
     """
     timeout = specs["head"].workload.timeout_s
+    books = parts if parts is not None else {}
     pairs: list[_Pair] = []
     try:
-        for index in indices:
-            pairs.append(_spawn(specs, sides, workdir, index, caches, forks, latency_pairs))
-        for pair in pairs:
-            for side in pair.order:
-                with _blaming(side):
-                    pair.workers[side].send("setup")
-        for pair in pairs:
-            for side in pair.order:
-                with _blaming(side):
-                    pair.records[side].setup = setup = pair.workers[side].receive(timeout)
-                pair.records[side].ready_s = time.monotonic() - pair.workers[side].started
-                if isinstance(setup.get("began"), float):  # the same monotonic clock
-                    imports = max(0.0, setup["began"] - pair.workers[side].started)
-                    pair.records[side].phases_s["imports"] = round(imports, 3)
-        for pair in pairs:
-            _measure(pair, specs, cpu, conditions)
-        _cold_compiles([p for p in pairs if p.index < latency_pairs], specs["head"].workload.timeout_s)
-        out = []
-        for pair in pairs:
-            for worker in pair.workers.values():
-                worker.close()
-            out.append(pair.records)
-        return out
+        with _part(books, "set-up"):
+            for index in indices:
+                pairs.append(_spawn(specs, sides, workdir, index, caches, forks, latency_pairs))
+            for pair in pairs:
+                for side in pair.order:
+                    with _blaming(side):
+                        pair.workers[side].send("setup")
+            for pair in pairs:
+                for side in pair.order:
+                    with _blaming(side):
+                        pair.records[side].setup = setup = pair.workers[side].receive(timeout)
+                    pair.records[side].ready_s = time.monotonic() - pair.workers[side].started
+                    if isinstance(setup.get("began"), float):  # the same monotonic clock
+                        imports = max(0.0, setup["began"] - pair.workers[side].started)
+                        pair.records[side].phases_s["imports"] = round(imports, 3)
+        with _part(books, "pairs"):
+            for pair in pairs:
+                _measure(pair, specs, cpu, conditions)
+        with _part(books, "compile latency"):
+            _cold_compiles([p for p in pairs if p.index < latency_pairs], specs["head"].workload.timeout_s)
+        with _part(books, "ending"):
+            _close_all(pairs)
+        return [pair.records for pair in pairs]
     finally:
-        for pair in pairs:
-            for worker in pair.workers.values():
-                worker.close()
+        _close_all(pairs)
+
+
+def _close_all(pairs: Sequence[_Pair]) -> None:
+    """Every worker of these pairs asked to quit at once, then each waited for: a worker's exit
+    (its atexit handlers, CUDA's teardown) takes as long alone as beside the others."""
+    workers = [w for pair in pairs for w in pair.workers.values()]
+    for worker in workers:
+        worker.ask_to_quit()
+    for worker in workers:
+        worker.close()
+
+
+@contextlib.contextmanager
+def _part(parts: dict[str, float], name: str) -> Iterator[None]:
+    """The time inside, added to ``parts[name]``."""
+    since = time.monotonic()
+    try:
+        yield
+    finally:
+        parts[name] = parts.get(name, 0.0) + time.monotonic() - since
 
 
 def _measure(
@@ -464,6 +492,9 @@ class PairedTiming:
     head: ProbeResult
     # Each side's cache-cold compiles made in the pairs' processes, where they were asked for.
     latency: dict[str, CompileLatency] = field(default_factory=dict)
+    # Where the time went: the caches handed out, the workers' set-up, the timed pairs, the
+    # compile-latency samples, the workers' ending (seconds, over every look).
+    parts_s: dict[str, float] = field(default_factory=dict)
 
 
 def shared_cpu() -> int | None:
@@ -500,14 +531,24 @@ def run_paired(
     cold = not any(c.exists() for c in own.values())
     cpu = shared_cpu()
     pairs: list[dict[str, SideRecord]] = []
+    parts: dict[str, float] = {}
     stopped: str | None = None
     try:
         while True:
-            caches = pair_caches(workdir, head_spec.workload.name, first=not pairs and cold)
-            batch = _next_batch(len(pairs), cfg, cold)
             look = time.monotonic()
+            with _part(parts, "caches"):
+                caches = pair_caches(workdir, head_spec.workload.name, first=not pairs and cold)
+            batch = _next_batch(len(pairs), cfg, cold)
             pairs += run_pairs(
-                specs, sides, workdir, batch, cpu, caches, latency_pairs=latency_pairs, forks=forks
+                specs,
+                sides,
+                workdir,
+                batch,
+                cpu,
+                caches,
+                latency_pairs=latency_pairs,
+                forks=forks,
+                parts=parts,
             )
             per_pair = (time.monotonic() - look) / len(batch)
             procs = {s: [p[s].process() for p in pairs] for s in SIDES}
@@ -518,12 +559,14 @@ def run_paired(
             if decided is not None or stopped is not None:
                 break
     except WorkerFailed as err:
-        return _failed_pair(specs, err, time.monotonic() - start)
+        failed = _failed_pair(specs, err, time.monotonic() - start)
+        return dataclasses.replace(failed, parts_s=parts)
     elapsed = time.monotonic() - start
     base_result, head_result = (
         _result(specs[s], [p[s] for p in pairs], cold, cpu, elapsed, stopped) for s in SIDES
     )
-    return PairedTiming(base_result, head_result, latency=latency_samples(pairs) if latency_pairs else {})
+    latency = latency_samples(pairs) if latency_pairs else {}
+    return PairedTiming(base_result, head_result, latency=latency, parts_s=parts)
 
 
 def _stop_reason(

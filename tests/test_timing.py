@@ -130,6 +130,13 @@ def test_identical_code_passes_on_a_loaded_machine(
     assert [p.first for p in base.processes][:2] == [True, False]
     assert base.cpu == head.cpu == shared_cpu() and base.threads == 1
     assert base.mode == "eager" and base.memory_kind == "peak_rss"
+    # The review's books say where the timing step's time went, part by part, and the parts
+    # account for it (each look hands out caches, sets its workers up, times, ends them).
+    [step_cost] = [s for c in result.costs for s in c.steps if s.step.endswith("· net · timing")]
+    assert set(step_cost.parts_s) == {"caches", "set-up", "pairs", "compile latency", "ending"}
+    assert step_cost.parts_s["pairs"] > 0 and step_cost.parts_s["set-up"] > 0
+    assert step_cost.spent_s is not None
+    assert sum(step_cost.parts_s.values()) <= step_cost.spent_s + 0.5
 
 
 def test_doing_the_work_twice_fails(review: ReviewFn, tmp_path: Path) -> None:
