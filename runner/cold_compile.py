@@ -19,7 +19,7 @@ import gc
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import torch
@@ -140,16 +140,35 @@ def wait_compile_workers() -> None:
         wait()
 
 
+def _threads() -> list[int]:
+    """The ids of this process's threads (0, the calling one, where /proc cannot say)."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def _set_all(cores: set[int]) -> None:
+    for task in _threads():
+        with suppress(ProcessLookupError):  # a thread that ended meanwhile
+            os.sched_setaffinity(task, cores)
+
+
 @contextmanager
 def on_cores(cores: set[int]) -> Iterator[None]:
-    """This process on ``cores`` while inside: a timing worker keeps to one core for its rounds,
-    and a compile (Inductor's C++ builds and compile workers) wants all it may use."""
+    """Every thread of this process on ``cores`` while inside, and back on the core it was pinned
+    to after: a timing worker keeps all its threads to one core for its rounds (timing_worker's
+    ``pin_to``), and a compile wants all it may use, in every thread. The calling thread alone
+    is not enough: a training step on a GPU compiles its backward lazily, in the autograd
+    engine's device thread, and left on the timing core the backward compiles of all the samples
+    made at once would share that one core (looked into when six ResNet-50 samples made at once on
+    the H200 took 144 s together, where six of a Llama took 33 s)."""
     pinned = os.sched_getaffinity(0)
     try:
-        os.sched_setaffinity(0, cores)
+        _set_all(cores)
         yield
     finally:
-        os.sched_setaffinity(0, pinned)
+        _set_all(pinned)
 
 
 @contextmanager

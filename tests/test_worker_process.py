@@ -71,3 +71,49 @@ def test_a_worker_ends_with_its_exit_code_its_output_and_its_atexit_handlers(
     assert stderr in done.stderr
     if "ValueError" in body:
         assert "ValueError: bad spec" in done.stderr
+
+
+ON_CORES = """\
+import os, sys, threading
+from perfcheck.runner.cold_compile import on_cores
+from perfcheck.runner.timing_worker import pin_to
+
+cores = set(map(int, sys.argv[1].split(",")))
+os.sched_setaffinity(0, cores)
+started, stop = threading.Event(), threading.Event()
+ids = []
+
+
+def other():  # a thread torch started, as the autograd engine's device thread is
+    ids.append(threading.get_native_id())
+    started.set()
+    stop.wait()
+
+
+threading.Thread(target=other, daemon=True).start()
+started.wait()
+pin_to(min(cores))
+print(sorted(os.sched_getaffinity(ids[0])))
+with on_cores(cores):
+    print(sorted(os.sched_getaffinity(ids[0])), sorted(os.sched_getaffinity(0)))
+print(sorted(os.sched_getaffinity(ids[0])), sorted(os.sched_getaffinity(0)))
+stop.set()
+"""
+
+
+def test_a_compile_after_the_rounds_has_every_core_in_every_thread() -> None:
+    # A timing worker pins all its threads to one core for its rounds; its cache-cold compile then
+    # wants all of them, in the thread that compiles a training step's backward too.
+    from conftest import SESSION_CPUS
+
+    if len(SESSION_CPUS) < 2:
+        pytest.skip("needs two cores to tell one from all")
+    cores = ",".join(map(str, SESSION_CPUS))
+    done = subprocess.run(
+        [sys.executable, "-c", ON_CORES, cores], capture_output=True, text=True, check=True, timeout=60
+    )
+    pinned, inside, after = done.stdout.strip().splitlines()
+    one, every = [min(SESSION_CPUS)], list(SESSION_CPUS)
+    assert pinned == str(one)
+    assert inside == f"{every} {every}"
+    assert after == f"{one} {one}"
