@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_probes
 from perfcheck.core import probes
@@ -39,6 +39,9 @@ from perfcheck.schema import (
     load_model,
 )
 from perfcheck.spec import LatencyPlan, ProbeSpec, Walls, side_files
+
+if TYPE_CHECKING:
+    from perfcheck.runner.timing import PendingLatency
 
 LOG_TAIL_LINES = 12
 REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
@@ -467,10 +470,19 @@ class _Review:
             wl.name: latency_place(run, {p for w, p in self.wanted if w.name == wl.name})
             for wl in run.workloads
         }
-        self.progress = progress_factory(len(self.single) + len(self.paired))
+        # One step of the progress plan per workload whose compile latency is measured apart from
+        # its compile probe: under callgrind, or in its timing pairs' workers.
+        self.latency_owed = {
+            wl.name for wl, _ in self.paired if self.latency_at[wl.name] in ("timing", "callgrind")
+        }
+        self.progress = progress_factory(len(self.single) + len(self.paired) + len(self.latency_owed))
         self.base_compiles: dict[str, Future[ProbeResult]] = {}
         # Why a workload's compile latency is not callgrind's, or not measured at all.
         self.notes: dict[str, str] = {}
+        # Timing pairs whose workers wait, idle, to make their compile-latency samples together with
+        # other workloads' (runner/timing.py ``take_latency``), and what those are expected to cost.
+        self.pending: list[PendingLatency] = []
+        self.reserved_s = 0.0
 
     def run(self) -> list[WorkloadReview]:
         from perfcheck.runner.timing import run_paired
@@ -484,7 +496,9 @@ class _Review:
         # they overlap (structure does not depend on timing). Timing runs alone, both sides at
         # once in alternating rounds, after everything else has finished.
         first = [i for i in self.single if i[1] == "compile" and i[2].side == "base"]
-        order = first + [i for i in self.single if i not in first]
+        # Head's compiles that start from base's cache go last: each waits for base's.
+        last = [i for i in self.single if i[1] == "compile" and i[2].side == "head" and self._shares(i[0])]
+        order = first + [i for i in self.single if i not in first and i not in last] + last
         with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
             futures = []
             for item in order:
@@ -503,8 +517,15 @@ class _Review:
                 self.progress.total += len(more)
                 collected += list(pool.map(self._one, more))
         collected = self._callgrind_latency(collected)
-        for wl, probe in self.paired:
-            collected = self._timed(wl, probe, collected, run_paired)
+        try:
+            for wl, probe in self.paired:
+                collected = self._timed(wl, probe, collected, run_paired)
+            collected = self._take_pending(collected)
+        finally:
+            for pending in self.pending:  # stopped on the way: their workers end with the review
+                pending.close()
+        for name in sorted(self.latency_owed):  # counted in the plan, and never measured
+            self._latency_task(name).finish(f"not measured: {self.notes.get(name, 'its timing did not run')}")
         # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
         shutil.rmtree(workdir / "cache", ignore_errors=True)
         reaper.reap_orphans()
@@ -564,6 +585,9 @@ class _Review:
                 return done.result().duration_s
         return prior(probe, self.run_.device)
 
+    def _shares(self, wl: WorkloadConfig) -> bool:
+        return shares_compile_cache(self.run_, wl, busy=len(self.single) > self.run_.jobs)
+
     def _compile_cache(self, wl: WorkloadConfig, side: str) -> tuple[Path, bool]:
         """The cache a side's compile probe compiles into, and whether it starts from base's.
 
@@ -573,10 +597,9 @@ class _Review:
         not a link: head's code runs in that process and must not change what base compiled.
         Not where the workload's first compile is held to ``budgets.compile_latency_s``, which
         needs head's to be cold, nor across two interpreters, whose caches do not match."""
-        run = self.run_
         cache = side_caches(self.workdir, wl.name)[side]
         shutil.rmtree(cache, ignore_errors=True)
-        if side != "head" or not shares_compile_cache(run, wl) or wl.name not in self.base_compiles:
+        if side != "head" or not self._shares(wl) or wl.name not in self.base_compiles:
             return cache, False
         base = self.base_compiles[wl.name].result()  # submitted first: running or done
         source = side_caches(self.workdir, wl.name)["base"]
@@ -618,8 +641,11 @@ class _Review:
     def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
         run = self.run_
         label = f"base ⇄ head · {wl.name} · compile latency (callgrind)"
-        self.progress.total += 1
-        task = self.progress.begin(label)
+        if wl.name in self.latency_owed:
+            task = self._latency_task(wl.name, label)
+        else:  # a compile-probe measure that auto found callgrind fits: not in the plan
+            self.progress.total += 1
+            task = self.progress.begin(label)
         step = self.budget.begin(label, choice.estimate_s)
         sides = {"base": run.base, "head": run.head}
 
@@ -666,19 +692,26 @@ class _Review:
         run, budget = self.run_, self.budget
         label = f"base ⇄ head · {wl.name} · {probe}"
         expected = self._timing_estimate(wl, collected)
-        if budget.left() < expected:
+        left = budget.left() - self.reserved_s  # less what the samples still owed will take
+        if left < expected:
             why = (
                 f"not run: its first {run.config.timing.processes} pairs would take about {expected:.0f} s, "
-                f"more than the {max(budget.left(), 0):.0f} s left of review.time_budget_s "
+                f"more than the {max(left, 0):.0f} s left of review.time_budget_s "
                 f"({budget.total_s:g} s)"
             )
             budget.skip(label, expected, why)
             self.progress.total -= 1
             self.progress.say(f"{label}: {why}")
             return collected + _skipped(run, wl, probe, why)
+        from perfcheck.runner.timing import latency_batch_pairs
+
         latency_pairs = self._latency_pairs(wl, collected, expected)
-        cost = expected + (self._latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0)
-        step = budget.begin(label, cost)
+        # Its samples wait for other workloads' where one batch of compiles has room for them all.
+        defer = 0 < latency_pairs <= latency_batch_pairs()
+        if defer and sum(len(p.pairs) for p in self.pending) + latency_pairs > latency_batch_pairs():
+            collected = self._take_pending(collected)
+        latency_s = self._latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0
+        step = budget.begin(label, expected + (0.0 if defer else latency_s))
         task = self.progress.begin(label)
 
         def on_pair(n: int, state: str, t: Task = task) -> None:
@@ -693,26 +726,93 @@ class _Review:
             run.config.budgets,
             on_pair=on_pair,
             latency_pairs=latency_pairs,
-            deadline=budget.deadline(),
+            deadline=budget.deadline() - self.reserved_s,
             forks=self.forks,
+            defer_latency=self._may_hold if defer else None,
         )
         outcome = _paired_outcome(pair.base, pair.head)
-        if latency_pairs:
+        if pair.pending is not None:
+            self.pending.append(pair.pending)
+            self.reserved_s += latency_s
+        elif latency_pairs:
             n = min(len(x.samples) for x in pair.latency.values()) if pair.latency else 0
             outcome += f"; compile latency {n} cache-cold per side"
         step.done(parts_s=pair.parts_s)
         task.finish(f"{outcome}{parts_said(pair.parts_s)}")
         out = [*collected, pair.base, pair.head]
-        note = self.notes.get(wl.name)
-        if latency_pairs and pair.latency:
-            out = _with_latency(
-                out, wl.name, {s: m.model_copy(update={"note": note}) for s, m in pair.latency.items()}
+        if pair.pending is None and latency_pairs:
+            spent = pair.parts_s.get("compile latency", 0.0)
+            self._latency_task(wl.name).finish(
+                f"{_samples_said(pair.latency)}, made in the timing step above ({spent:.0f} s of it)"
             )
-        elif self.latency_at[wl.name] == "timing" and note:
+        if latency_pairs and pair.latency:
+            out = self._with_samples(out, wl.name, pair.latency)
+        elif self.latency_at[wl.name] == "timing" and (note := self.notes.get(wl.name)):
             out = _with_latency(
                 out, wl.name, dict.fromkeys(("base", "head"), CompileLatency(measure="wall", note=note))
             )
         return out
+
+    def _with_samples(
+        self, results: list[ProbeResult], workload: str, latency: Mapping[str, CompileLatency]
+    ) -> list[ProbeResult]:
+        note = self.notes.get(workload)
+        return _with_latency(
+            results, workload, {s: m.model_copy(update={"note": note}) for s, m in latency.items()}
+        )
+
+    def _latency_task(self, workload: str, label: str | None = None) -> Task:
+        """The step of the progress plan counted for ``workload``'s compile latency, begun."""
+        self.latency_owed.discard(workload)
+        return self.progress.begin(label or f"base ⇄ head · {workload} · compile latency")
+
+    def _may_hold(self, pending: PendingLatency) -> bool:
+        """Whether ``pending``'s workers may wait, idle, beside those waiting already: their device
+        memory (each process's peak, half as much again for the allocator's cache, 1 GiB for its
+        context) within 60 % of the GPU's, and the host's memory more than a third free."""
+        waiting = [*self.pending, pending]
+        device_total = max(p.device_total_mb() for p in waiting)
+        if device_total > 0:
+            processes = sum(2 * len(p.pairs) for p in waiting)
+            need = 1.5 * sum(p.held_device_mb() for p in waiting) + 1024 * processes
+            if need > 0.6 * device_total:
+                return False
+        return host_memory_free_share() > 1 / 3
+
+    def _take_pending(self, collected: list[ProbeResult]) -> list[ProbeResult]:
+        """The samples the waiting workers owe, made all at once, joined to their workloads'
+        compile results; within what is left of the review's time budget, else cut, saying so."""
+        from perfcheck.runner.timing import take_latency
+
+        if not self.pending:
+            return collected
+        pending, expected = self.pending, self.reserved_s
+        self.pending, self.reserved_s = [], 0.0
+        names = [p.workload for p in pending]
+        label = f"base ⇄ head · {', '.join(names)} · compile latency"
+        tasks = {name: self._latency_task(name) for name in names}
+        if self.budget.left() < expected:
+            why = (
+                f"not measured: its samples would take about {expected:.0f} s, more than the "
+                f"{max(self.budget.left(), 0):.0f} s left of review.time_budget_s"
+            )
+            for p in pending:
+                p.close()
+            self.budget.skip(label, expected, why)
+            for name, task in tasks.items():
+                self.notes[name] = why
+                task.finish(why)
+            return collected
+        step = self.budget.begin(label, expected)
+        measured = take_latency(pending)
+        step.done()
+        others = {name: [n for n in names if n != name] for name in names}
+        for name, task in tasks.items():
+            beside = f", made beside {', '.join(others[name])}'s" if others[name] else ""
+            task.finish(f"{_samples_said(measured.get(name, {}))}{beside}")
+            if measured.get(name):
+                collected = self._with_samples(collected, name, measured[name])
+        return [_with_sample_phases(r, pending) for r in collected]
 
     def _latency_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int) -> float:
         compiled = _compiled_both(collected, wl.name)
@@ -727,7 +827,7 @@ class _Review:
         if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
             return 0
         runs = self.run_.config.compile.runs
-        left = self.budget.left() - timing_s
+        left = self.budget.left() - self.reserved_s - timing_s
         affordable = next(
             (n for n in range(runs, 1, -1) if self._latency_estimate(wl, collected, n) <= left), 0
         )
@@ -764,14 +864,16 @@ def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | Non
     return "timing" if "timing" in planned and run.config.timing.compiled else "compile probe"
 
 
-def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig) -> bool:
+def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig, busy: bool = False) -> bool:
     """Whether head's compile probe waits for base's and starts from a copy of its cache: where
     probes run one at a time (--jobs 1, a CPU's default), waiting costs nothing and what both sides
-    compile alike is compiled once. With several at once (a GPU runner's default) the sides
+    compile alike is compiled once; so too where there are more per-side probes than slots
+    (``busy``), whose slot does other probes' work meanwhile (head's compiles are queued last).
+    Where every probe has a slot of its own (a GPU runner's default, one workload), the sides
     compile at the same time instead, on cores that would idle: measured on the H200, a Llama
     review's head waited 39 s for base and then compiled its changed attention for 59 s anyway."""
     return (
-        run.jobs <= 1
+        (run.jobs <= 1 or busy)
         and run.base.python == run.head.python
         and wl.name not in run.config.budgets.compile_latency_s
     )
@@ -880,6 +982,38 @@ def parts_said(parts_s: Mapping[str, float]) -> str:
     a second or more, largest first."""
     said = [f"{name} {s:.0f} s" for name, s in sorted(parts_s.items(), key=lambda kv: -kv[1]) if s >= 1]
     return f" — {', '.join(said)}" if said else ""
+
+
+def _with_sample_phases(result: ProbeResult, pending: Sequence[PendingLatency]) -> ProbeResult:
+    """A timing result whose pairs made their samples after it was written, with the seconds each
+    of its processes spent on its sample among its phases, as where they were made at once."""
+    spent = next((p.latency_s() for p in pending if p.workload == result.workload), None)
+    if result.probe != "timing" or result.timing is None or spent is None:
+        return result
+    mine = spent.get(result.side, {})
+    processes = [
+        p.model_copy(update={"phases_s": {**p.phases_s, "latency": mine[i]}}) if i in mine else p
+        for i, p in enumerate(result.timing.processes)
+    ]
+    return result.model_copy(update={"timing": result.timing.model_copy(update={"processes": processes})})
+
+
+def _samples_said(latency: Mapping[str, CompileLatency]) -> str:
+    """'3 cache-cold per side', or why there are none."""
+    n = min((len(m.samples) for m in latency.values()), default=0)
+    if n:
+        return f"{n} cache-cold per side"
+    failures = [f for m in latency.values() for f in m.failures]
+    return f"not measured: {failures[0] if failures else 'no sample came back'}"
+
+
+def host_memory_free_share() -> float:
+    """The share of the host's memory the kernel says is available (1.0 where it does not say)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return int(fields["MemAvailable"].split()[0]) / int(fields["MemTotal"].split()[0])
+    except (OSError, KeyError, ValueError, ZeroDivisionError):
+        return 1.0
 
 
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:

@@ -349,17 +349,21 @@ def run_pairs(
     latency_pairs: int = 0,
     forks: forkserver.ForkServers | None = None,
     parts: dict[str, float] | None = None,
+    keep: list[_Pair] | None = None,
 ) -> list[dict[str, SideRecord]]:
     """Spawn these pairs' workers, set all of them up at once, then time one pair at a time.
 
     Setting up (import, build, compile from the warm cache, a first step) is host work, done by
     all together; timing is done by one pair alone, the others idle (blocked on their command
     pipe), so nothing else runs on the GPU or the shared core while a pair is timed. Where the
-    time went is added up in ``parts`` (set-up, pairs, compile latency, ending).
+    time went is added up in ``parts`` (set-up, pairs, compile latency, ending). With ``keep``,
+    the pairs that make compile-latency samples are not asked for them here: they are added to
+    ``keep``, their workers idle and alive, for ``take_latency`` to ask later.
     """
     timeout = specs["head"].workload.timeout_s
     books = parts if parts is not None else {}
     pairs: list[_Pair] = []
+    kept: list[_Pair] = []
     try:
         with _part(books, "set-up"):
             for index in indices:
@@ -379,13 +383,19 @@ def run_pairs(
         with _part(books, "pairs"):
             for pair in pairs:
                 _measure(pair, specs, cpu, conditions)
-        with _part(books, "compile latency"):
-            _cold_compiles([p for p in pairs if p.index < latency_pairs], specs["head"].workload.timeout_s)
+        sampling = [p for p in pairs if p.index < latency_pairs]
+        if keep is not None:
+            kept = sampling
+        else:
+            with _part(books, "compile latency"):
+                _cold_compiles(sampling, timeout)
         with _part(books, "ending"):
-            _close_all(pairs)
+            _close_all([p for p in pairs if p not in kept])
+        if keep is not None:
+            keep.extend(kept)
         return [pair.records for pair in pairs]
     finally:
-        _close_all(pairs)
+        _close_all([p for p in pairs if p not in kept])
 
 
 def _close_all(pairs: Sequence[_Pair]) -> None:
@@ -453,7 +463,7 @@ def _cold_compiles(pairs: Sequence[_Pair], timeout: float) -> None:
     cores for (each compile keeps to one thread), both sides of a pair always together, so that
     whatever else the machine does hits both sides of a pair alike. A failure costs that side's
     sample only; the pair's timing is measured already."""
-    at_once = max(1, len(os.sched_getaffinity(0)) // 2)
+    at_once = latency_batch_pairs()
     for first in range(0, len(pairs), at_once):
         batch = [(pair, side) for pair in pairs[first : first + at_once] for side in pair.order]
         asked = []
@@ -495,6 +505,66 @@ class PairedTiming:
     # Where the time went: the caches handed out, the workers' set-up, the timed pairs, the
     # compile-latency samples, the workers' ending (seconds, over every look).
     parts_s: dict[str, float] = field(default_factory=dict)
+    # The pairs whose workers wait, idle, to make their compile-latency samples later, with the
+    # workloads of other timing steps (``take_latency``); None where they made them already.
+    pending: PendingLatency | None = None
+
+
+@dataclass
+class PendingLatency:
+    """One workload's pairs that still owe their compile-latency samples: their workers are alive
+    and idle (timed, finished), holding what their processes hold."""
+
+    workload: str
+    pairs: list[_Pair]
+    timeout_s: float
+
+    def held_device_mb(self) -> float:
+        """The device memory their processes held at their peak (0 on a CPU, which reports RSS)."""
+        peaks = [
+            r.finish.get("peak_memory_mb")
+            for p in self.pairs
+            for r in p.records.values()
+            if r.finish.get("memory_kind") == "cuda_max_allocated"
+        ]
+        return sum(float(m) for m in peaks if isinstance(m, int | float) and m > 0)
+
+    def device_total_mb(self) -> float:
+        """The GPU's memory as base's workers report it (0 on a CPU); a scheduling hint only."""
+        reported = [p.records["base"].finish.get("device_memory_mb") for p in self.pairs]
+        return max((float(m) for m in reported if isinstance(m, int | float) and m > 0), default=0.0)
+
+    def latency_s(self) -> dict[str, dict[int, float]]:
+        """Per side, the seconds each pair's worker spent on its sample, by the pair's index."""
+        return {
+            side: {
+                p.index: p.records[side].phases_s["latency"]
+                for p in self.pairs
+                if "latency" in p.records[side].phases_s
+            }
+            for side in SIDES
+        }
+
+    def close(self) -> None:
+        _close_all(self.pairs)
+
+
+def take_latency(pending: Sequence[PendingLatency]) -> dict[str, dict[str, CompileLatency]]:
+    """The compile-latency samples that ``pending`` workers owe, made all at once (as many pairs
+    at a time as there are cores for), then the workers ended: each workload's samples per side,
+    in pair order, as ``run_paired`` gives them."""
+    try:
+        _cold_compiles([p for w in pending for p in w.pairs], max(w.timeout_s for w in pending))
+    finally:
+        for w in pending:
+            w.close()
+    return {w.workload: latency_samples([p.records for p in w.pairs]) for w in pending}
+
+
+def latency_batch_pairs() -> int:
+    """How many pairs make their compile-latency samples at once: both processes of a pair on a
+    core each."""
+    return max(1, len(os.sched_getaffinity(0)) // 2)
 
 
 def shared_cpu() -> int | None:
@@ -517,12 +587,16 @@ def run_paired(
     latency_pairs: int = 0,
     deadline: float | None = None,
     forks: forkserver.ForkServers | None = None,
+    defer_latency: Callable[[PendingLatency], bool] | None = None,
 ) -> PairedTiming:
     """Time both sides over pairs of processes until the gate decides; one ProbeResult per side,
     never raising for what the workers do. The first ``latency_pairs`` pairs' workers then each
     make one cache-cold compile, the compile-latency samples (``PairedTiming.latency``). No look
     starts that would end after ``deadline`` (monotonic; the review's time budget), estimated from
-    what the last look cost."""
+    what the last look cost. Where ``defer_latency`` says yes to the pairs that owe samples (once
+    their look is timed), they are handed back as ``PairedTiming.pending`` instead: their workers
+    idle while the gate's further looks and other workloads are timed, and make their samples
+    beside other workloads' (``take_latency``), which costs one batch of compiles for several."""
     start = time.monotonic()
     specs = {"base": base_spec, "head": head_spec}
     sides = {"base": base, "head": head}
@@ -533,12 +607,15 @@ def run_paired(
     pairs: list[dict[str, SideRecord]] = []
     parts: dict[str, float] = {}
     stopped: str | None = None
+    owing: list[_Pair] = []  # pairs timed whose samples are not made yet
+    pending: PendingLatency | None = None
     try:
         while True:
             look = time.monotonic()
             with _part(parts, "caches"):
                 caches = pair_caches(workdir, head_spec.workload.name, first=not pairs and cold)
             batch = _next_batch(len(pairs), cfg, cold)
+            keep = owing if defer_latency is not None and any(i < latency_pairs for i in batch) else None
             pairs += run_pairs(
                 specs,
                 sides,
@@ -549,7 +626,10 @@ def run_paired(
                 latency_pairs=latency_pairs,
                 forks=forks,
                 parts=parts,
+                keep=keep,
             )
+            if owing and pending is None and len(pairs) >= latency_pairs:
+                pending = _defer_or_take(head_spec, owing, defer_latency, parts)
             per_pair = (time.monotonic() - look) / len(batch)
             procs = {s: [p[s].process() for p in pairs] for s in SIDES}
             decided = sequential(procs["base"], procs["head"], budgets, cfg)
@@ -557,16 +637,41 @@ def run_paired(
             if on_pair is not None:
                 on_pair(len(pairs), decided.verdict if decided else ("stopped" if stopped else "more"))
             if decided is not None or stopped is not None:
+                if owing and pending is None:  # decided before every pair that owes one was timed
+                    pending = _defer_or_take(head_spec, owing, defer_latency, parts)
                 break
     except WorkerFailed as err:
+        if pending is not None:
+            pending.close()
+        else:
+            _close_all(owing)
         failed = _failed_pair(specs, err, time.monotonic() - start)
         return dataclasses.replace(failed, parts_s=parts)
+    except BaseException:
+        _close_all(owing)
+        raise
     elapsed = time.monotonic() - start
     base_result, head_result = (
         _result(specs[s], [p[s] for p in pairs], cold, cpu, elapsed, stopped) for s in SIDES
     )
-    latency = latency_samples(pairs) if latency_pairs else {}
-    return PairedTiming(base_result, head_result, latency=latency, parts_s=parts)
+    latency = latency_samples(pairs) if latency_pairs and pending is None else {}
+    return PairedTiming(base_result, head_result, latency=latency, parts_s=parts, pending=pending)
+
+
+def _defer_or_take(
+    spec: ProbeSpec,
+    owing: list[_Pair],
+    defer_latency: Callable[[PendingLatency], bool] | None,
+    parts: dict[str, float],
+) -> PendingLatency | None:
+    """The pairs that owe samples handed back for later where ``defer_latency`` agrees, else their
+    samples made now."""
+    pending = PendingLatency(spec.workload.name, list(owing), spec.workload.timeout_s)
+    if defer_latency is not None and defer_latency(pending):
+        return pending
+    with _part(parts, "compile latency"):
+        take_latency([pending])
+    return None
 
 
 def _stop_reason(

@@ -349,12 +349,15 @@ class Session:
         return {"sample": sample.model_dump(mode="json")}
 
     def finish(self) -> dict[str, Any]:
+        total = 0.0
         if self.cuda:
             peak, kind = torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
+            total = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / 2**20
         else:
             peak, kind = peak_rss_mb(), "peak_rss"
         return {
             "peak_memory_mb": round(peak, 2),
+            "device_memory_mb": round(total, 1),  # how much may wait idle beside it (orchestrate)
             "memory_kind": kind,
             "recompiles": compiled_frames() - self.frames_after_warmup,
         }

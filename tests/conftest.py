@@ -119,7 +119,13 @@ def fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServe
 def review(tmp_path: Path, fork_servers: ForkServers) -> ReviewFn:
     """Run a real review (real subprocesses, real torch) and return the validated result."""
 
-    def _review(base: Path, head: Path, config: Config | None = None, probes: tuple[str, ...] = ()) -> Review:
+    def _review(
+        base: Path,
+        head: Path,
+        config: Config | None = None,
+        probes: tuple[str, ...] = (),
+        jobs: int | None = None,
+    ) -> Review:
         result, comment = run(
             ReviewRequest(
                 base=base,
@@ -127,6 +133,7 @@ def review(tmp_path: Path, fork_servers: ForkServers) -> ReviewFn:
                 config=config or fast_config(),
                 out_dir=tmp_path / "out",
                 probes=probes,
+                jobs=jobs,
             ),
             fork_servers,
         )

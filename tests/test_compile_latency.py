@@ -222,6 +222,44 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
     )
 
 
+def test_several_workloads_make_their_samples_together_after_their_timing(
+    tmp_path: Path, review: ReviewFn, cold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where one batch of compiles has room for them (a core for each process: here told so), the
+    workers that owe samples wait, idle, while the next workload is timed, and then every workload's
+    samples are made at once: one step of the review, not one per workload. With more per-side
+    probes than slots (four compiles, two at once), head's compiles wait for base's and start from
+    its cache."""
+    from perfcheck.runner import timing
+
+    monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 4)
+    config = parse_config(
+        "workloads:\n  - {name: net, entry: model.py:build}\n  - {name: twin, entry: model.py:build}\n"
+        "compile: {backend: aot_eager, measure: wall, runs: 2}\n",
+        "two.yml",
+    )
+    result = review(
+        model_tree(tmp_path / "base"),
+        model_tree(tmp_path / "head"),
+        config,
+        probes=("compile", "timing"),
+        jobs=2,
+    )
+    assert result.verdict == "pass", result.findings
+    for workload in result.workloads:
+        [head] = [r.compile for r in workload.head if r.compile]
+        assert head.from_base_cache, workload.name
+        change = workload.compile_latency
+        assert change is not None and change.measure == "wall" and change.pairs == 2, workload.name
+        [timed] = [r.timing for r in workload.base if r.timing]
+        assert [("latency" in p.phases_s) for p in timed.processes[:2]] == [True, True]
+    steps = {s.step: s for c in result.costs for s in c.steps}
+    joint = steps["base ⇄ head · net, twin · compile latency"]
+    assert joint.spent_s is not None and joint.spent_s > 0
+    for name in ("net", "twin"):  # their timing steps made none of it
+        assert steps[f"base ⇄ head · {name} · timing"].parts_s.get("compile latency", 0.0) == 0
+
+
 def test_without_timing_the_compile_probe_makes_the_cold_compiles(
     tmp_path: Path, review: ReviewFn, cold: None
 ) -> None:
