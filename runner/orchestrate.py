@@ -496,8 +496,13 @@ class _Review:
         # they overlap (structure does not depend on timing). Timing runs alone, both sides at
         # once in alternating rounds, after everything else has finished.
         first = [i for i in self.single if i[1] == "compile" and i[2].side == "base"]
-        # Head's compiles that start from base's cache go last: each waits for base's.
-        last = [i for i in self.single if i[1] == "compile" and i[2].side == "head" and self._shares(i[0])]
+        # With several slots, head's compiles that start from base's cache go last: each waits
+        # for base's, and its slot would idle meanwhile. (One at a time, base's is done first.)
+        last = [
+            i
+            for i in self.single
+            if run.jobs > 1 and i[1] == "compile" and i[2].side == "head" and self._shares(i[0])
+        ]
         order = first + [i for i in self.single if i not in first and i not in last] + last
         with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
             futures = []
