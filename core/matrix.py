@@ -196,13 +196,49 @@ def _matches(rule: Rule, evidence: dict[str, Any]) -> bool:
 @dataclass(frozen=True)
 class Where:
     """What a review's commands are filled with, so that they run as printed: the trees it
-    compared, its output folder, and per workload the profile traces it wrote (base, head; both
-    relative to the output folder)."""
+    compared, its output folder, per workload the profile traces it wrote (base, head; both
+    relative to the output folder), how perfcheck was run (``program``) and the options the review
+    ran with that a rerun repeats (``rerun``: its --config, --device, interpreters)."""
 
     base: str = "BASE"
     head: str = "HEAD"
     out: str = "perfcheck-out"
     traces: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    program: str = "perfcheck"
+    rerun: tuple[str, ...] = ()
+
+    @property
+    def verify_out(self) -> str:
+        """Where a verify command's review writes: beside the review's own results, not over them."""
+        return f"{self.out}/verify"
+
+
+# A verify command that reruns a review: perfcheck as the user ran it, with the review's own options
+# and its own output folder. Commands other than perfcheck's (tlparse, less) are left as written.
+_RERUN = re.compile(r"(?<![\w./-])perfcheck (review|trace) ")
+
+
+def _as_run(command: str, finding: Finding, where: Where) -> str:
+    """``perfcheck review ...`` as this review's user runs it: the same program, the review's own
+    options (--config, --device, interpreters), a folder of its own (``{verify_out}``), and, unless
+    it verifies compile latency, without the compile-latency samples (minutes the check does not
+    need)."""
+
+    def rerun(match: re.Match[str]) -> str:
+        if match.group(1) == "trace":
+            return f"{where.program} trace "
+        extra = [*(shlex.quote(a) for a in where.rerun), "--out", "{verify_out}"]
+        if finding.category != "compile_latency_regression":
+            extra.append("--no-compile-latency")
+        return f"{where.program} review {' '.join(extra)} "
+
+    command = _RERUN.sub(rerun, command)
+    logged = re.match(r"TORCH_LOGS=\S+ ", command)
+    probes = re.search(r"--probes (\{probe\}|\w+)", command)
+    if logged and probes and f"{where.program} review " in command and ";" not in command:
+        # TORCH_LOGS writes to the probe process's log, which the review does not print.
+        command += f"; less {{verify_out}}/probes/{{side}}-{{workload}}-{probes.group(1)}.log"
+    return command
 
 
 def _fill(command: str, finding: Finding, where: Where) -> str | None:
@@ -211,6 +247,7 @@ def _fill(command: str, finding: Finding, where: Where) -> str | None:
     traces = where.traces.get(finding.workload)
     if ("{base_trace}" in command or "{head_trace}" in command) and traces is None:
         return None
+    command = _as_run(command, finding, where)
     values = {
         "workload": finding.workload,
         "probe": finding.probe,
@@ -220,6 +257,7 @@ def _fill(command: str, finding: Finding, where: Where) -> str | None:
         "base": where.base,
         "head": where.head,
         "out": where.out,
+        "verify_out": where.verify_out,
         "base_trace": f"{where.out}/{traces[0]}" if traces else "",
         "head_trace": f"{where.out}/{traces[1]}" if traces else "",
     }
@@ -236,7 +274,14 @@ def where_of(review: Review) -> Where:
         h = next((r.trace for r in wl.head if r.probe == "profile" and r.trace), None)
         if b is not None and h is not None and b.trace_file and h.trace_file:
             traces[wl.name] = (b.trace_file, h.trace_file)
-    return Where(review.base.tree, review.head.tree, review.out_dir or "perfcheck-out", traces)
+    return Where(
+        review.base.tree,
+        review.head.tree,
+        review.out_dir or "perfcheck-out",
+        traces,
+        review.program,
+        tuple(review.rerun),
+    )
 
 
 def resolve(

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
@@ -63,10 +64,15 @@ def _request(args: argparse.Namespace) -> object:
     # Outside Actions a config being written (not yet committed) is the one tried.
     in_actions = os.environ.get("GITHUB_ACTIONS") == "true"
     settings = read_settings(args.config, args.base, args.head, committed_only=in_actions)
+    config = settings.config
+    if args.no_compile_latency:
+        config = config.model_copy(update={"compile": config.compile.model_copy(update={"measure": "off"})})
     return ReviewRequest(
         base=args.base,
         head=args.head,
-        config=settings.config,
+        config=config,
+        program=_program(),
+        rerun=_rerun(args),
         config_origin=settings.origin,
         head_config=settings.head_text,
         out_dir=args.out,
@@ -80,6 +86,42 @@ def _request(args: argparse.Namespace) -> object:
         shard=parse_shard(getattr(args, "shard", None) or "1/1"),
         head_sha=getattr(args, "head_sha", None),
     )
+
+
+def _program() -> str:
+    """How this process was started, as the review's commands start perfcheck again: ``perfcheck``
+    where that name on PATH is this program, ``python -m perfcheck`` for a module run, else the
+    program's path as typed (``.venv/bin/perfcheck`` after ``make demo``, whose venv is not on
+    PATH)."""
+    started = sys.argv[0]
+    if Path(started).name == "__main__.py":
+        return "python -m perfcheck"
+    on_path = shutil.which("perfcheck")
+    if on_path and Path(on_path).resolve() == Path(started).resolve():
+        return "perfcheck"
+    shown = (
+        os.path.relpath(started)
+        if not os.path.isabs(started) or Path(started).is_relative_to(Path.cwd())
+        else started
+    )
+    return (
+        shown
+        if shown.endswith("perfcheck") and all(c.isalnum() or c in "._/-" for c in shown)
+        else "perfcheck"
+    )
+
+
+def _rerun(args: argparse.Namespace) -> list[str]:
+    """The options a rerun of this review repeats: its settings file, device and interpreters."""
+    out: list[str] = []
+    if args.config is not None:
+        out += ["--config", str(args.config)]
+    if args.device != "cpu":
+        out += ["--device", args.device]
+    for flag, value in (("--base-python", args.base_python), ("--head-python", args.head_python)):
+        if value:
+            out += [flag, value]
+    return out
 
 
 def _to_actions(review: Any, out: Path, templates: Path | None, config: Any) -> None:
@@ -383,6 +425,12 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma-separated, of {', '.join(probe_names())} and the config's plugin probes "
         f"(default: each workload's `probes`, else {', '.join(default_probes())}, and amp "
         "for a workload under autocast)",
+    )
+    parser.add_argument(
+        "--no-compile-latency",
+        action="store_true",
+        help="make no cache-cold compile-latency samples (compile.measure: off for this run): the "
+        "review's verify commands pass it unless they verify compile latency",
     )
     parser.add_argument("--base-python", help="python interpreter for the base side (default: this one)")
     parser.add_argument("--head-python", help="python interpreter for the head side (default: this one)")

@@ -63,6 +63,8 @@ class ReviewRequest:
     shard: Shard = field(default_factory=lambda: Shard(index=1, count=1))
     head_sha: str | None = None  # the commit the plan pinned, which the head tree must be
     config_origin: str = "given"  # a ConfigOrigin: where ``config`` came from
+    program: str = "perfcheck"  # how perfcheck was started, as its verify commands start it
+    rerun: list[str] = field(default_factory=list)  # the options a rerun repeats (--config, --device)
     # With config_origin "head": the PR's perfcheck.yml as read before any probe ran (from the head
     # commit where it is a checkout), which probes.json carries to the report job.
     head_config: str | None = None
@@ -248,6 +250,8 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
         head=SideInfo(tree=str(request.head), revision=revision),
         workloads=workloads,
         config_origin=request.config_origin,  # type: ignore[arg-type]
+        program=request.program,
+        rerun=request.rerun,
         # Read before the probes ran (config.read_settings): never the tree PR code has written to.
         head_config=request.head_config if request.config_origin == "head" else None,
         costs=budget.costs(),
@@ -395,7 +399,10 @@ def report(
     expected: set[tuple[str, str, str]] | None = None,
     config_origin: str | None = None,
     may_add: set[tuple[str, str, str]] | None = None,
+    program: str | None = None,
 ) -> tuple[Review, str]:
+    """``program``: how the review's commands start perfcheck, where the caller knows it (the
+    process that ran the probes itself); else as ``rerun_of`` reads it from the shards."""
     workloads, base, head = merge_shards(runs)
     check_complete(
         workloads,
@@ -406,8 +413,16 @@ def report(
     costs = [r.costs for _, r in sorted(runs, key=lambda x: x[1].shard.index) if r.costs is not None]
     review = review.model_copy(update={"bisect": _bisected(runs, review), "costs": costs})
     # The folder as given: the review's commands name it the way its user typed it.
+    read_program, rerun = rerun_of(runs)
+    program = program or read_program
     review = review.model_copy(
-        update={"summary": headline(review), "out_dir": str(out_dir), "config_origin": config_origin}
+        update={
+            "summary": headline(review),
+            "out_dir": str(out_dir),
+            "config_origin": config_origin,
+            "program": program,
+            "rerun": rerun,
+        }
     )
     comment = render_comment(review, template_dir, matrix=merged(config.matrix))
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -425,6 +440,25 @@ def report(
     return review, comment
 
 
+RERUN_OPTIONS = ("--config", "--device", "--base-python", "--head-python")
+
+
+def rerun_of(runs: list[tuple[str, ProbeRun]]) -> tuple[str, list[str]]:
+    """How the review's commands run perfcheck again, from the first shard's probes.json: the
+    program only as a name on PATH or a module run (a path from the job that ran PR code could
+    point anywhere), and only the options a rerun repeats, as pairs."""
+    if not runs:
+        return "perfcheck", []
+    first = runs[0][1]
+    program = (
+        first.program
+        if first.program in ("perfcheck", "python -m perfcheck", "python3 -m perfcheck")
+        else "perfcheck"
+    )
+    pairs = zip(first.rerun[::2], first.rerun[1::2], strict=False)
+    return program, [t for flag, value in pairs if flag in RERUN_OPTIONS for t in (flag, value)]
+
+
 def run(request: ReviewRequest, forks: ForkServers | None = None) -> tuple[Review, str]:
     """Probe and report; ``forks``: fork servers kept across several reviews (runner/forkserver.py)."""
     probed = probe(request, forks)
@@ -437,4 +471,5 @@ def run(request: ReviewRequest, forks: ForkServers | None = None) -> tuple[Revie
         expected_results(*scope),
         request.config_origin,
         follow_up_results(*scope),
+        program=request.program,
     )

@@ -8,9 +8,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from perfcheck.bisect_schema import BisectDoc
 
@@ -555,6 +563,19 @@ class ReviewCosts(_Strict):
     cuts: list[str] = Field(default=[], max_length=200, description="what was skipped or cheapened, and why")
 
 
+# An option of the review's command line as its verify commands repeat it (a path, a device): one
+# line of printable text, no backquote (it is shown inside a Markdown code span).
+RerunArg = Annotated[str, StringConstraints(max_length=1024, pattern=r"^[^\x00-\x1f\x7f`]*$")]
+# How perfcheck was run, as the review's commands run it again.
+Program = Annotated[
+    str, StringConstraints(max_length=300, pattern=r"^(python3? -m perfcheck|[\w./-]*perfcheck)$")
+]
+RERUN_DESCRIPTION = (
+    "the review's options besides --base, --head, --workloads, --probes and --out (its --config, "
+    "--device, --base-python, --head-python), which its verify commands repeat"
+)
+
+
 class Review(_Strict):
     schema_version: Literal[2] = SCHEMA_VERSION
     tool_version: str
@@ -568,6 +589,8 @@ class Review(_Strict):
     out_dir: str | None = Field(
         default=None, max_length=4096, description="the folder the review wrote; its commands name it"
     )
+    program: Program = Field(default="perfcheck", description="how perfcheck was run; its commands run it so")
+    rerun: list[RerunArg] = Field(default=[], max_length=12, description=RERUN_DESCRIPTION)
     workloads: list[WorkloadReview]
     findings: list[Finding]
     inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")
@@ -608,6 +631,8 @@ class ProbeRun(_Strict):
     head: SideInfo
     workloads: list[WorkloadReview]
     config_origin: ConfigOrigin | None = None
+    program: Program = "perfcheck"
+    rerun: list[RerunArg] = Field(default=[], max_length=12, description=RERUN_DESCRIPTION)
     head_config: str | None = Field(
         default=None,
         max_length=256 * 1024,

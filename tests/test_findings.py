@@ -467,6 +467,13 @@ def test_the_golden_comments_verify_commands_run_as_printed(tmp_path: Path) -> N
         expected = REPRODUCES[probe.group(1)]
         if expected is not None:
             assert expected in done.stdout, (command, done.stdout[-2000:])
+        # It wrote where it says, beside the review it verifies, and made no compile-latency
+        # samples (none of these verifies compile latency).
+        assert (tmp_path / "perfcheck-out" / "verify" / "result.json").is_file(), command
+        assert "compile latency" not in done.stderr, (command, done.stderr[-2000:])
+        if command.startswith("TORCH_LOGS=graph_breaks"):
+            # what TORCH_LOGS asked for, which goes to the probe's log: the command shows it
+            assert "Graph break" in done.stdout, (command, done.stdout[-3000:])
 
 
 def test_a_break_links_dynamos_own_page_for_it(review: ReviewFn, tmp_path: Path) -> None:

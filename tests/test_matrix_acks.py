@@ -143,7 +143,7 @@ def _shown(category: str, probe: str, **evidence: str) -> str:
 
 def _reviews(section: str) -> list[list[str]]:
     """The commands shown that run a perfcheck review, as words."""
-    spans = [c.split() for c in re.findall(r"`([^`]+)`", section)]
+    spans = [part.split() for c in re.findall(r"`([^`]+)`", section) for part in c.split(";")]
     return [w for w in spans if any(a == "perfcheck" and b == "review" for a, b in itertools.pairwise(w))]
 
 
@@ -178,8 +178,8 @@ def test_a_shared_category_is_explained_as_the_probe_that_raised_it() -> None:
     assert "--probes fsdp`" in fsdp and "fsdp.fully_shard.html" in fsdp
     outside = _shown("collective_drift", "fsdp", reading="outside FSDP")
     assert "Likely cause: the model's own code runs a collective outside FSDP's units" in outside
-    assert "--probes fsdp`" in _shown("rank_graph_mismatch", "fsdp")
-    assert "--probes ddp`" in _shown("rank_graph_mismatch", "ddp")
+    assert re.search(r"--probes fsdp[`;]", _shown("rank_graph_mismatch", "fsdp"))
+    assert re.search(r"--probes ddp[`;]", _shown("rank_graph_mismatch", "ddp"))
     # A project's own cause comes first for every probe that raises the category.
     config = parse_config("matrix:\n  collective_drift:\n    causes: [our comm hook]\n", "p.yml")
     for probe in ("ddp", "fsdp"):
@@ -334,3 +334,50 @@ def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
     for template in templates.glob("*.j2"):
         text = template.read_text()
         assert not [c for c in BUILTIN_CATEGORIES if f'"{c}"' in text], template.name
+
+
+def test_verify_commands_rerun_the_review_as_it_was_run() -> None:
+    """The review's own settings file, device and program; a folder of the command's own; no
+    compile-latency samples unless the command verifies compile latency; TORCH_LOGS's output
+    shown; each value quoted for the shell."""
+    from perfcheck.core.matrix import Where
+
+    where = Where(
+        "base dir",
+        "head",
+        "out",
+        program=".venv/bin/perfcheck",
+        rerun=("--config", "ci/perf check.yml", "--device", "cuda"),
+    )
+    [logs, *_] = resolve(finding("graph_break_added"), where=where).verify  # type: ignore[union-attr]
+    assert logs == (
+        "TORCH_LOGS=graph_breaks .venv/bin/perfcheck review --config 'ci/perf check.yml' --device cuda "
+        "--out out/verify --no-compile-latency --base 'base dir' --head head --workloads classifier "
+        "--probes compile; less out/verify/probes/head-classifier-compile.log"
+    )
+    latency = finding("compile_latency_regression")
+    [cmd, *_] = resolve(latency, where=where).verify  # type: ignore[union-attr]
+    assert "--no-compile-latency" not in cmd and "--out out/verify" in cmd
+
+
+def test_a_report_repeats_only_the_options_a_rerun_needs_and_no_program_path() -> None:
+    """probes.json comes from the job that ran PR code: its program and options are read
+    narrowly (a name on PATH or a module run; --config, --device and the interpreters)."""
+    from perfcheck.review import rerun_of
+    from perfcheck.schema import ProbeRun, SideInfo
+
+    run = ProbeRun(
+        tool_version="0",
+        shard={"index": 1, "count": 1},  # type: ignore[arg-type]
+        workload_set=[],
+        base=SideInfo(tree="b"),
+        head=SideInfo(tree="h"),
+        workloads=[],
+        program="/tmp/evil/perfcheck",
+        rerun=["--device", "cuda", "--templates", "x", "--config"],
+    )
+    assert rerun_of([("probes.json", run)]) == ("perfcheck", ["--device", "cuda"])
+    with pytest.raises(ValueError):
+        ProbeRun.model_validate({**run.model_dump(), "rerun": ["a`b"]})
+    with pytest.raises(ValueError):
+        ProbeRun.model_validate({**run.model_dump(), "program": "rm -rf / ; perfcheck"})
