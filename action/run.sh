@@ -18,9 +18,20 @@ if [[ "${PERFCHECK_INSTALL:-true}" == "true" ]]; then
   # A venv, so the runner's python stays untouched (and PEP 668 images accept it); system site
   # packages stay visible so that probe mode uses the torch the GPU image already has.
   venv="${RUNNER_TEMP:-/tmp}/perfcheck-venv"
+  torch="${PERFCHECK_TORCH:-}"
+  if [[ -n "$torch" && ! "$torch" =~ ^[0-9][0-9A-Za-z.+]*$ ]]; then
+    echo "::error title=perfcheck::torch must be a version such as 2.13.0"
+    exit 2
+  fi
   if [[ ! -x "$venv/bin/perfcheck" ]]; then
     echo "::group::install perfcheck"
     "$python" -m venv --system-site-packages "$venv"
+    if [[ "$mode" == "probe" && -n "$torch" ]]; then
+      # First and pinned, from its own index: a bare `torch` requirement would pull a multi-GB
+      # CUDA build onto a CPU runner.
+      "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "torch==$torch" \
+        --index-url "${PERFCHECK_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+    fi
     # The versions CI tested (constraints.txt), not whatever is newest on the day.
     "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
       -c "$GITHUB_ACTION_PATH/constraints.txt" "$GITHUB_ACTION_PATH"

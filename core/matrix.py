@@ -215,7 +215,7 @@ class Where:
 
 # A verify command that reruns a review: perfcheck as the user ran it, with the review's own options
 # and its own output folder. Commands other than perfcheck's (tlparse, less) are left as written.
-_RERUN = re.compile(r"(?<![\w./-])perfcheck (review|trace) ")
+_RERUN = re.compile(r"(?<![\w./-])(?:python3? -m )?perfcheck (review|trace) ")
 
 
 def _as_run(command: str, finding: Finding, where: Where) -> str:

@@ -31,7 +31,7 @@ COMMANDS: dict[str, str] = {
     "review": "probe a base and a head tree side by side and write the review",
     "probe": "run the probes only (the part that runs PR code) and write probes.json",
     "report": "merge probes.json shards, compare, and write the review",
-    "schema": "print the JSON Schema of result.json",
+    "schema": "print the JSON Schema of result.json, probes.json or a --json output",
     "plan": "decide from a GitHub event whether and what to review",
     "publish": "post a review: the sticky PR comment and the check run with annotations",
     "serve": "run as a GitHub App: receive webhooks and answer them",

@@ -705,8 +705,7 @@ class _Review:
                 f"({budget.total_s:g} s)"
             )
             budget.skip(label, expected, why)
-            self.progress.total -= 1
-            self.progress.say(f"{label}: {why}")
+            self.progress.begin(label).finish(why)  # a step of the plan, counted, that did not run
             return collected + _skipped(run, wl, probe, why)
         from perfcheck.runner.timing import latency_batch_pairs
 

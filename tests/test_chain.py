@@ -81,24 +81,30 @@ def perfcheck_steps(workflow: str, job: str) -> list[dict[str, Any]]:
 
 def resolve(value: object, context: dict[str, str]) -> str:
     # Every expression a workflow hands the action must be one this test models: KeyError otherwise.
-    return _EXPR.sub(lambda m: context[m.group(1)], str(value))
+    # `X || 'default'` is X where X is not empty, as GitHub evaluates it.
+    def one(expr: str) -> str:
+        name, _, default = expr.partition(" || ")
+        return context[name] or default.strip("'")
+
+    return _EXPR.sub(lambda m: one(m.group(1)), str(value))
 
 
 class Runner:
     """Runs the action's step like a GitHub runner would, in a workspace of the test's making."""
 
-    def __init__(self, github: FakeGitHub, tmp_path: Path) -> None:
+    def __init__(self, github: FakeGitHub, tmp_path: Path, overrides: dict[str, str] | None = None) -> None:
         self.github = github
         self.tmp = tmp_path
         self.action = yaml.safe_load((REPO_ROOT / "action.yml").read_text())
         self.count = 0
+        self.overrides = OVERRIDES if overrides is None else overrides
 
     def env_for(self, with_: dict[str, str]) -> dict[str, str]:
         inputs = {k: str(v.get("default", "")) for k, v in self.action["inputs"].items()}
         unknown = set(with_) - set(inputs)
         assert not unknown, f"the workflow passes inputs action.yml does not have: {unknown}"
-        inputs |= with_ | OVERRIDES
-        (step,) = self.action["runs"]["steps"]
+        inputs |= with_ | self.overrides
+        (step,) = [s for s in self.action["runs"]["steps"] if s.get("id") == "perfcheck"]
         env = {}
         for name, expr in step["env"].items():
             m = re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", expr)
@@ -160,13 +166,25 @@ def checkout(dest: Path, tree: Path) -> Path:
     return dest
 
 
-def test_the_example_workflows_review_and_publish_a_pull_request(github: FakeGitHub, tmp_path: Path) -> None:
-    runner = Runner(github, tmp_path)
+# The GPU flow's probe step asks for cuda, which CI has not: the test runs it on the CPU. The
+# hosted-runner flow runs as written, the device its plan says (cpu), with CI's CPU torch in place
+# of the one its `torch` input installs.
+FLOWS = {
+    "perfcheck.yml": OVERRIDES,
+    "perfcheck-cpu.yml": {"install": "false", "python": sys.executable},
+}
+
+
+@pytest.mark.parametrize("workflow", FLOWS)
+def test_the_example_workflows_review_and_publish_a_pull_request(
+    github: FakeGitHub, tmp_path: Path, workflow: str
+) -> None:
+    runner = Runner(github, tmp_path, FLOWS[workflow])
     event = json.loads((DATA / "webhooks" / "pull_request.json").read_text())[0]  # `opened`, unchanged
 
-    # perfcheck.yml, job `plan`: the base branch checked out, then the action in plan mode.
+    # The workflow's job `plan`: the base branch checked out, then the action in plan mode.
     plan_ws = checkout(tmp_path / "plan", DEMO / "base")
-    (plan_step,) = perfcheck_steps("perfcheck.yml", "plan")
+    (plan_step,) = perfcheck_steps(workflow, "plan")
     ctx = {"github.token": TOKEN}
     done, plan_out = runner.step(
         {k: resolve(v, ctx) for k, v in plan_step["with"].items()}, plan_ws, "pull_request_target", event
@@ -180,17 +198,21 @@ def test_the_example_workflows_review_and_publish_a_pull_request(github: FakeGit
     shutil.copy(plan_ws / "perfcheck-out" / "plan.json", artifacts / "perfcheck-plan" / "plan.json")
 
     # Job `probe`, one runner per matrix shard: base and head checked out, the action in probe mode.
-    (probe_step,) = perfcheck_steps("perfcheck.yml", "probe")
-    doc = yaml.safe_load((WORKFLOWS / "perfcheck.yml").read_text())
+    (probe_step,) = perfcheck_steps(workflow, "probe")
+    doc = yaml.safe_load((WORKFLOWS / workflow).read_text())
     shards = doc["jobs"]["probe"]["strategy"]["matrix"]["shard"]
+    if workflow == "perfcheck-cpu.yml":  # a hosted runner: nothing to add but the action's own install
+        assert "container" not in doc["jobs"]["probe"] and doc["jobs"]["probe"]["runs-on"] == "ubuntu-latest"
+        assert probe_step["with"]["torch"] and "install" not in probe_step["with"]
     for index, shard in enumerate(shards):
         ws = tmp_path / f"gpu-{index}"
         checkout(ws / "base", DEMO / "base")
         checkout(ws / "head", DEMO / "head")
         ctx = {f"needs.plan.outputs.{k}": v for k, v in plan_out.items()} | {"matrix.shard": shard}
-        done, _ = runner.step(
-            {k: resolve(v, ctx) for k, v in probe_step["with"].items()}, ws, "pull_request_target", event
-        )
+        with_ = {k: resolve(v, ctx) for k, v in probe_step["with"].items()}
+        # the plan's device where /perfcheck asked for one, else the flow's own
+        assert with_["device"] == ("cpu" if workflow == "perfcheck-cpu.yml" else "cuda")
+        done, _ = runner.step(with_, ws, "pull_request_target", event)
         assert done.returncode == 0, done.stderr
         (artifacts / f"perfcheck-probes-{index}").mkdir()
         shutil.copy(ws / "perfcheck-out" / "probes.json", artifacts / f"perfcheck-probes-{index}")

@@ -352,7 +352,8 @@ def test_a_workload_that_merges_two_blocks_adds_an_all_reduce_and_branches_on_th
     drift_cause = resolve(drift)
     assert drift_cause is not None and drift_cause.cause.startswith("a unit's wrap changed")
     assert drift_cause.verify == [
-        f"perfcheck review --base BASE --head HEAD --workloads {drift.workload} --probes fsdp"
+        "perfcheck review --out perfcheck-out/verify --no-compile-latency --base BASE --head HEAD "
+        f"--workloads {drift.workload} --probes fsdp"
     ]
     comment = (tmp_path / "out" / "comment.md").read_text()
     assert "4 units (1 of several modules)" in comment
