@@ -97,7 +97,9 @@ def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
     export = "—" if base_ir is None and head_ir is None else ("=" if base_ir == head_ir else "changed")
     mine = [f for f in findings if f.workload == wl.name]
     # Acknowledged findings no longer fail the check, so they are counted apart.
-    counts = [(sum(f.severity == s and f.ack is None for f in mine), s) for s in ("error", "warning")]
+    # The comment's word for an error-severity finding, so the report and the comment count alike.
+    words = {"error": "regression", "warning": "warning"}
+    counts = [(sum(f.severity == s and f.ack is None for f in mine), words[s]) for s in ("error", "warning")]
     counts.append((sum(f.ack is not None for f in mine), "acknowledged"))
     return SummaryRow(
         workload=wl.name,
