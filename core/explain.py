@@ -9,6 +9,7 @@ findings out.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 from perfcheck.schema import Finding
@@ -109,10 +110,51 @@ def fold(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+# The exception a crashed probe ended with, as its detail's first line gives it.
+_RAISED = re.compile(r"\b(\w+(?:Error|Exception|Exit|Interrupt)): ([^\n(]*)")
+
+
+def _raised(f: Finding) -> str | None:
+    first = str(f.evidence.get("detail", "")).strip().split("\n", 1)[0]
+    m = _RAISED.search(first)
+    return f"{m.group(1)}: {m.group(2).strip()}" if m else None
+
+
+def fold_crashes(findings: list[Finding]) -> list[Finding]:
+    """One crash per cause: where several probes of one side crashed on the same exception (a
+    workload that cannot be imported stops every probe of that side), the first is the finding
+    and the others are named under it, not counted again."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        raised = _raised(f) if f.category == "probe_crashed" and f.severity == "error" else None
+        if raised is not None:
+            groups.setdefault((str(f.evidence.get("side", "")), raised), []).append(f)
+    folded = {id(f): group for group in groups.values() if len(group) > 1 for f in group[1:]}
+    if not folded:
+        return findings
+    out = []
+    for f in findings:
+        if id(f) in folded:
+            continue
+        group = next((g for g in groups.values() if g[0] is f and len(g) > 1), None)
+        if group is not None:
+            others = [g.probe for g in group[1:]]
+            side = f.evidence.get("side", "")
+            f = f.model_copy(
+                update={
+                    "message": f"{f.message}; the same error stops the {' and '.join(others)} "
+                    f"probe{'s' if len(others) > 1 else ''} on {side} (shown here, not counted again)",
+                    "evidence": {**f.evidence, "follows": "\n".join(g.message for g in group[1:])},
+                }
+            )
+        out.append(f)
+    return out
+
+
 def explain(findings: list[Finding]) -> list[Finding]:
     """``findings`` of one workload, each measured one naming the structural findings beside it,
     and what follows from a root cause folded under it."""
-    findings = fold(findings)
+    findings = fold(fold_crashes(findings))
     causes = [CAUSES[f.category](f) for f in findings if f.category in CAUSES]
     if not causes:
         return findings

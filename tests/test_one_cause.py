@@ -221,3 +221,36 @@ def test_export_fixed_is_located_where_base_failed(review: ReviewFn, tmp_path: P
     result = review(base, head, probes=("export",))
     [fixed] = [f for f in result.findings if f.category == "export_fixed"]
     assert fixed.location is not None and fixed.location.code == "if x.sum() > 0:"
+
+
+def test_one_import_error_that_stops_every_probe_of_a_side_is_one_regression() -> None:
+    """A head that cannot import its workload crashes its compile, export and timing probes alike:
+    one finding, the others named under it; a different error on the other side stays its own."""
+    from perfcheck.core.explain import explain
+    from perfcheck.schema import Finding
+
+    def crash(probe: str, side: str, detail: str) -> Finding:
+        return Finding(
+            category="probe_crashed",
+            severity="error",
+            workload="net",
+            probe=probe,
+            message=f"the {probe} probe crashed on {side}",
+            evidence={"side": side, "detail": detail},
+        )
+
+    missing = "cannot import the workload: ModuleNotFoundError: No module named 'nope' (at model.py:1)\nframes"
+    found = explain(
+        [
+            crash("compile", "head", missing),
+            crash("export", "head", missing),
+            crash("timing", "head", "ModuleNotFoundError: No module named 'nope' (/w/head/model.py:1)"),
+            crash("export", "base", "RuntimeError: CUDA error: out of memory"),
+        ]
+    )
+    assert [(f.probe, f.evidence["side"]) for f in found] == [("compile", "head"), ("export", "base")]
+    assert found[0].message == (
+        "the compile probe crashed on head; the same error stops the export and timing probes on head "
+        "(shown here, not counted again)"
+    )
+    assert "the timing probe crashed on head" in found[0].evidence["follows"]
