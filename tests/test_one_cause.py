@@ -239,7 +239,9 @@ def test_one_import_error_that_stops_every_probe_of_a_side_is_one_regression() -
             evidence={"side": side, "detail": detail},
         )
 
-    missing = "cannot import the workload: ModuleNotFoundError: No module named 'nope' (at model.py:1)\nframes"
+    missing = (
+        "cannot import the workload: ModuleNotFoundError: No module named 'nope' (at model.py:1)\nframes"
+    )
     found = explain(
         [
             crash("compile", "head", missing),
