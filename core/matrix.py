@@ -263,7 +263,10 @@ def _fill(command: str, finding: Finding, where: Where) -> str | None:
     }
     for key, value in values.items():
         command = command.replace("{" + key + "}", shlex.quote(value) if value else value)
-    return command
+    # Where a verify review's probes wrote torch's structured trace, with TORCH_TRACE set: each
+    # side's own files folder (runner/orchestrate.py ``probe_env``), whatever TORCH_TRACE named.
+    trace = f"{where.verify_out}/probes/files/{values['side']}/torch_trace"
+    return command.replace("{torch_trace}", shlex.quote(trace))
 
 
 def where_of(review: Review) -> Where:

@@ -160,19 +160,30 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
-def probe_env(cache: Path) -> dict[str, str]:
+TRACE_ENV = "TORCH_TRACE"
+
+
+def probe_env(cache: Path, trace_dir: Path | None = None) -> dict[str, str]:
     """The environment of a probe process whose compile cache is ``cache`` (the shared one instead,
-    where SHARED_CACHE_ENV names one)."""
+    where SHARED_CACHE_ENV names one). Where the user set TORCH_TRACE, torch's structured trace
+    goes to ``trace_dir``, a folder the side's sandbox may write (its files folder), whatever
+    folder TORCH_TRACE named: a sandboxed probe can write nowhere else, and the two sides must
+    not write into one folder; a process given no ``trace_dir`` (a timing worker) makes none."""
     override = os.environ.get(SHARED_CACHE_ENV)
     if override:
         cache = Path(override)
+    traced = {}
+    if os.environ.get(TRACE_ENV) and trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        traced = {TRACE_ENV: str(trace_dir)}
+    env = {k: v for k, v in os.environ.items() if k != TRACE_ENV}
     return {
         # In a shared cache Dynamo would record the shapes it saw and compile the next process
         # dynamic from the start; each process must compile as a fresh run of the code would. A
         # cache of the process's own has no record to read: set there too, so that every probe
         # process of an interpreter has one environment and one fork server (runner/forkserver.py).
         "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0",
-        **os.environ,
+        **env,
         "PYTHONUNBUFFERED": "1",
         # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
         "PYTHONSAFEPATH": "1",
@@ -181,6 +192,7 @@ def probe_env(cache: Path) -> dict[str, str]:
         # A compiler cache of the probe's own keeps "cold compile" cold and the sides independent.
         "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
         "TRITON_CACHE_DIR": str(cache / "triton"),
+        **traced,
     }
 
 
@@ -293,9 +305,11 @@ def run_probe(
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
         folder = cache if cache is not None else Path(own)
-        env = probe_env(folder)
+        env = probe_env(folder, side_files(workdir, spec.side) / "torch_trace")
         env.update(extra_env or {})
-        if not forkserver.serves(spec.device):
+        if not forkserver.serves(spec.device) or TRACE_ENV in env:
+            # A server that imported torch with TORCH_TRACE set opened its trace file there (its
+            # warm-up compile), and a forked child shares, then closes, that descriptor.
             forks = None
         walls = sandboxed_walls(spec, workdir, folder, *writable)
         ended = run_module(

@@ -448,8 +448,11 @@ def test_the_golden_comments_verify_commands_run_as_printed(tmp_path: Path) -> N
     shutil.copytree(DEMO, tmp_path / "examples" / "demo")
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     for command in commands:
-        if "tlparse" in command:
-            continue  # the same review as the TORCH_LOGS one, then a program perfcheck does not ship
+        traced = "tlparse" in command
+        if traced:
+            # Its review, not tlparse (a program perfcheck does not ship, installed by the command
+            # where missing): TORCH_TRACE's log must be where the command hands it to tlparse.
+            command = command.split(";", 1)[0]
         probe = re.search(r"--probes (\w+)", command)
         assert probe is not None, command
         done = subprocess.run(
@@ -471,6 +474,13 @@ def test_the_golden_comments_verify_commands_run_as_printed(tmp_path: Path) -> N
         # samples (none of these verifies compile latency).
         assert (tmp_path / "perfcheck-out" / "verify" / "result.json").is_file(), command
         assert "compile latency" not in done.stderr, (command, done.stderr[-2000:])
+        if traced:
+            logs = list(
+                (tmp_path / "perfcheck-out" / "verify" / "probes" / "files" / "head").glob(
+                    "torch_trace/*.log"
+                )
+            )
+            assert logs and all(log.stat().st_size > 0 for log in logs), command
         if command.startswith("TORCH_LOGS=graph_breaks"):
             # what TORCH_LOGS asked for, which goes to the probe's log: the command shows it
             assert "Graph break" in done.stdout, (command, done.stdout[-3000:])
