@@ -533,6 +533,12 @@ class _Review:
                 for side in (run.base, run.head)
             ]
             if more:
+                # Known only now: said as a line of the plan before the count grows.
+                names = ", ".join(dict.fromkeys(wl.name for wl, _, _ in more))
+                self.progress.say(
+                    f"plan: + custom_ops ×{len(more)} for {names} (torch.compile or torch.export failed on a "
+                    "side, or the exported graph calls a custom op: custom_ops names the op and the check)"
+                )
                 self.progress.total += len(more)
                 collected += list(pool.map(self._one, more))
         collected = self._callgrind_latency(collected)
