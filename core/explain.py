@@ -129,14 +129,15 @@ def fold_crashes(findings: list[Finding]) -> list[Finding]:
         raised = _raised(f) if f.category == "probe_crashed" and f.severity == "error" else None
         if raised is not None:
             groups.setdefault((str(f.evidence.get("side", "")), raised), []).append(f)
-    folded = {id(f): group for group in groups.values() if len(group) > 1 for f in group[1:]}
+    shared = {id(g[0]): g for g in groups.values() if len(g) > 1}  # by the finding that stays
+    folded = {id(f) for g in shared.values() for f in g[1:]}
     if not folded:
         return findings
     out = []
     for f in findings:
         if id(f) in folded:
             continue
-        group = next((g for g in groups.values() if g[0] is f and len(g) > 1), None)
+        group = shared.get(id(f))
         if group is not None:
             others = [g.probe for g in group[1:]]
             side = f.evidence.get("side", "")

@@ -99,16 +99,11 @@ def _program() -> str:
     on_path = shutil.which("perfcheck")
     if on_path and Path(on_path).resolve() == Path(started).resolve():
         return "perfcheck"
-    shown = (
-        os.path.relpath(started)
-        if not os.path.isabs(started) or Path(started).is_relative_to(Path.cwd())
-        else started
-    )
-    return (
-        shown
-        if shown.endswith("perfcheck") and all(c.isalnum() or c in "._/-" for c in shown)
-        else "perfcheck"
-    )
+    # A path under the working folder is shown relative to it, as it would be typed there.
+    path = Path(started)
+    shown = os.path.relpath(path) if not path.is_absolute() or path.is_relative_to(Path.cwd()) else started
+    plain = shown.endswith("perfcheck") and all(c.isalnum() or c in "._/-" for c in shown)
+    return shown if plain else "perfcheck"
 
 
 def _rerun(args: argparse.Namespace) -> list[str]:

@@ -758,9 +758,6 @@ class _Review:
         if pair.pending is not None:
             self.pending.append(pair.pending)
             self.reserved_s += latency_s
-        elif latency_pairs:
-            n = min(len(x.samples) for x in pair.latency.values()) if pair.latency else 0
-            outcome += f"; compile latency {n} cache-cold per side"
         step.done(parts_s=pair.parts_s)
         task.finish(f"{outcome}{parts_said(pair.parts_s)}")
         out = [*collected, pair.base, pair.head]
@@ -1004,8 +1001,8 @@ def _follow_ups(
 
 
 def parts_said(parts_s: Mapping[str, float]) -> str:
-    """A step's parts as its progress line ends: '; set-up 24 s, pairs 20 s, ...', the parts of
-    a second or more, largest first."""
+    """A step's parts as its progress line ends: ' — set-up 24 s, pairs 20 s, ...', the parts
+    of a second or more, largest first."""
     said = [f"{name} {s:.0f} s" for name, s in sorted(parts_s.items(), key=lambda kv: -kv[1]) if s >= 1]
     return f" — {', '.join(said)}" if said else ""
 

@@ -641,10 +641,7 @@ def run_paired(
                     pending = _defer_or_take(head_spec, owing, defer_latency, parts)
                 break
     except WorkerFailed as err:
-        if pending is not None:
-            pending.close()
-        else:
-            _close_all(owing)
+        _close_all(owing)  # what owed samples is ended with the rest (closing twice is a no-op)
         failed = _failed_pair(specs, err, time.monotonic() - start)
         return dataclasses.replace(failed, parts_s=parts)
     except BaseException:
