@@ -12,6 +12,8 @@
 #   bench/h200.sh demo                                -> $OUT/demo/ (the demo review on the GPU)
 #   bench/h200.sh compile-latency [MEASURE] [RUNS]    -> $OUT/cl-*/ (compile latency: A/A twice, then a
 #                                                        twice-as-deep head; ResNet-18/34, inductor)
+#   bench/h200.sh cuda-fork                           -> $OUT/cuda-fork.jsonl (bench/cuda_fork.py: which import
+#                                                        initializes CUDA's driver; a child forked after them on CUDA)
 #   bench/h200.sh forkserver                          -> $OUT/fs-*/ (per-side probes forked and fresh, on CUDA)
 #   bench/h200.sh sandbox                             -> $OUT/sandbox.json (bench/sandbox.py: the per-side
 #                                                        sandbox's check, a hostile head's attacks on CUDA,
@@ -69,7 +71,7 @@ case "$1" in
       python3 bench/time_to_verdict.py "$c" --device cuda ${3:+--jobs "$3"} --timeout "${TIMEOUT:-540}" \
         --out "$OUT/ttv.json" --keep "$OUT/ttv"
       echo "ttv $c: exit code $?"
-      grep -h "^\[\|^plan\|Time:" "$OUT"/ttv/"$c"-*-progress.log | tail -40
+      grep -h "^+[0-9.]* \(\[\|plan\)" "$OUT"/ttv/"$c"-*-progress.log | tail -40
     done
     tar czf "$OUT/ttv.tgz" -C "$OUT" ttv
     ;;
@@ -122,6 +124,17 @@ case "$1" in
     python3 -m perfcheck review --base examples/demo/base --head examples/demo/head --device cuda --jobs 4 \
       --out "$OUT/demo"
     echo "exit code $?"
+    ;;
+  cuda-fork)
+    # Which import initializes CUDA's driver, each way of counting devices, and whether a child forked
+    # after the fork server's imports can use CUDA (bench/cuda_fork.py).
+    timeout 300 python3 bench/cuda_fork.py > "$OUT/cuda-fork.jsonl" 2>&1
+    echo "cuda-fork: exit code $?"
+    python3 -c 'import json, sys
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    print("nvml_check", r["nvml_check"], "refusal", r["result"].get("refusal"), "child exit", r["result"].get("forked_child_exit"),
+          [(s["step"][:40], s["driver_initialized"]) for s in r["result"].get("steps", [])])' "$OUT/cuda-fork.jsonl"
     ;;
   forkserver)
     # Per-side probes forked from a pre-imported server (runner/forkserver.py) on the GPU: whether the

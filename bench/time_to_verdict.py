@@ -22,9 +22,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parent.parent
 # ``--budget S``: review.time_budget_s for the cases that write their config (suite, llama-*); by
@@ -75,6 +76,15 @@ def case(name: str, root: Path) -> tuple[list[str], str]:
     raise SystemExit(f"unknown case {name!r}")
 
 
+def _stamped(source: IO[bytes] | None, sink: IO[str], start: float) -> None:
+    """Copy ``source``'s lines to ``sink``, each after ``+SECONDS`` since ``start``."""
+    if source is None:
+        return
+    for raw in source:
+        sink.write(f"+{time.monotonic() - start:.1f} {raw.decode(errors='replace')}")
+        sink.flush()
+
+
 def _spinner() -> subprocess.Popen[bytes]:
     """Another job's load: one process spinning, placed by the scheduler as any job on a shared
     machine is (not pinned: pinned to the core the timing workers share, it would halve their
@@ -107,8 +117,12 @@ def run_once(
         start = time.monotonic()
         with log.open("w") as err:
             proc = subprocess.Popen(
-                command, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True
+                command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, start_new_session=True
             )
+            # Each line as it comes, with the seconds since the review started: when each step
+            # ended, which the lines' own durations do not say where steps overlap.
+            copier = threading.Thread(target=_stamped, args=(proc.stderr, err, start), daemon=True)
+            copier.start()
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -116,11 +130,12 @@ def run_once(
                 proc.wait()
                 code = 124
             finally:
+                copier.join(timeout=10)
                 if spinner is not None:
                     spinner.kill()
                     spinner.wait()
         wall = time.monotonic() - start
-        stderr = log.read_text(errors="replace")
+        stderr = "\n".join(ln.partition(" ")[2] for ln in log.read_text(errors="replace").splitlines())
         result = json.loads((out / "result.json").read_text()) if (out / "result.json").is_file() else {}
         progress = [ln for ln in stderr.splitlines() if ln.startswith(("[", "plan:"))]
         comment = (out / "comment.md").read_text() if (out / "comment.md").is_file() else ""

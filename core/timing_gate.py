@@ -39,7 +39,19 @@ def figure(metric: TimingMetric) -> Callable[[TimingProcess], float | None]:
         return lambda p: p.device.busy_ms if p.device is not None and p.device.busy_ms > 0 else None
     if metric == "host_ms":
         return lambda p: p.host_ms
-    return lambda p: p.step_ms
+    return wall_step
+
+
+def wall_step(p: TimingProcess) -> float:
+    """A process's wall-clock step as the gate compares it: on a CPU the mean of its fastest steps
+    (a busy neighbour only ever adds time); on a GPU, where CUDA events time each step on the
+    device's own clock, the median. There the fast end is not the code's time but the rare step
+    with no gap between kernels, and how often a process has those varies from process to process:
+    the default suite's 7B layers (device-bound, 96 %) read 3.87-3.89 ms in some processes and
+    4.0-4.16 ms in others by the fast end, with medians of 4.19-4.23 ms in all, so an identical
+    tree ran to 9 pairs and ended inconclusive (+1.2 %, -2.8 ... +5.3); by the median it read
+    -0.11 % (-0.52 ... +0.30) over the same processes (docs/benchmarks.md, run-3)."""
+    return p.median_step_ms if p.device is not None else p.step_ms
 
 
 def _change(
@@ -82,7 +94,8 @@ def peak_memory(t: TimingMetrics | None) -> float | None:
 
 
 def gpu_busy_share(processes: Sequence[TimingProcess]) -> float | None:
-    """Device time as a share of the wall-clock step, the median over one side's processes."""
+    """Device time as a share of the wall-clock step (its fast end: how busy the GPU can be kept),
+    the median over one side's processes."""
     shares = [p.device.busy_ms / p.step_ms for p in processes if p.device is not None]
     return median(shares) if shares and len(shares) == len(processes) else None
 

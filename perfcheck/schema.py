@@ -223,7 +223,7 @@ class TimingProcess(_Strict):
     """One worker process's figures. Process i of base ran beside process i of head, as a pair."""
 
     step_ms: float = Field(gt=0, description="wall-clock step: the mean of the fastest 5 % of timed steps")
-    median_step_ms: float = Field(gt=0)
+    median_step_ms: float = Field(gt=0, description="the median step: the wall figure compared on a GPU")
     steps: int = Field(ge=1, description="timed steps")
     host_ms: float | None = Field(
         default=None,

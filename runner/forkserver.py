@@ -8,17 +8,19 @@ What a child keeps of a fresh ``python -m MODULE ARGS``: a process and a session
 environment, working directory, log and result descriptor asked for; ``MODULE`` run as
 ``__main__``; the interpreter's own ending (exit code, atexit handlers, a traceback for an uncaught
 exception). What it shares with its siblings: everything the server imported, and the memory layout
-that came with it. That is why only per-side probes are forked: timing and compile-latency
+that came with it. That is why per-side probes are what is forked: timing and compile-latency
 processes measure what a process costs, and each pair of them must be an independent draw
-(runner/timing.py, runner/latency_runs.py), so they always start fresh.
+(runner/timing.py, runner/latency_runs.py); timing workers fork only on a CPU (``times_forked``),
+where the gate's A/A trials were measured with forked workers.
 
 Safety: a server runs no PR code (it imports torch and perfcheck before any tree is read); a child
 keeps none of the server's descriptors (with them it could ask for processes or forge a sibling's
 exit); a server in which CUDA got initialized refuses to serve, since CUDA cannot work in a child
-forked after that (with ``--device cuda`` none is tried: ``serves``); anything that goes wrong
-with a server sends its probes back to fresh processes, which is how they ran before. A request
-may carry a sandbox (runner/sandbox.py): the child enters it before anything of the job runs, so
-the server and the orchestrator are outside the child's PID namespace, out of its reach.
+forked after that (the server counts devices through NVML for that reason: ``serves``); anything
+that goes wrong with a server sends its probes back to fresh processes, which is how they ran
+before. A request may carry a sandbox (runner/sandbox.py): the child enters it before anything of
+the job runs, so the server and the orchestrator are outside the child's PID namespace, out of its
+reach.
 
 Protocol, over AF_UNIX SOCK_SEQPACKET sockets (a message is one datagram): the server sends
 ``ready`` on its control socket once imported. A request is one message, JSON ``{module, args, cwd,
@@ -60,6 +62,9 @@ LAZY_ENV = frozenset({"TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"})
 # Rewritten by a test runner for every test (pytest's): read by nothing at import, and a server
 # per value would be a server per test.
 VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
+# In the server's environment only (a child gets the environment its request asks for): device
+# counts through NVML, which leaves CUDA's driver uninitialized (torch.cuda.is_available's note).
+NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 MAX_SERVERS = 4  # idle ones beyond this are ended, oldest first, when another is needed
 DISABLE_ENV = "PERFCHECK_FORKSERVER"  # "0": every probe process starts fresh
 READY_TIMEOUT_S = 300.0  # importing torch on a loaded machine; past this, probes start fresh
@@ -154,9 +159,18 @@ def enabled() -> bool:
 
 
 def serves(device: str) -> bool:
-    """Whether probes on ``device`` fork from a server. Not on CUDA: images with CUDA initialize
-    the driver while torch imports (the H200's does: bench/h200.sh forkserver), after which a
-    forked child cannot use CUDA, so the server would refuse after costing an import."""
+    """Whether per-side probes on ``device`` fork from a server: on a CPU and on CUDA. A server
+    counts devices through NVML (``NVML_CHECK``), since ``torch.cuda.is_available()`` otherwise
+    initializes CUDA's driver, as something the server imports asks (on the H200's image it did:
+    bench/cuda_fork.py), after which a forked child could not use CUDA; a server that finds the
+    driver initialized all the same refuses, and its probes start fresh."""
+    return device in ("cpu", "cuda")
+
+
+def times_forked(device: str) -> bool:
+    """Whether timing workers fork from a server too. Only on a CPU, where the gate's quality was
+    measured with forked workers; on a GPU it was measured with fresh ones (bench/processes.py),
+    each pair an independent draw, so there they stay fresh."""
     return device == "cpu"
 
 
@@ -228,7 +242,7 @@ class ForkServers:
                 proc = subprocess.Popen(
                     [python, "-m", "perfcheck.runner.forkserver", str(theirs.fileno())],
                     cwd=self.workdir,
-                    env={k: v for k, v in env.items() if k not in LAZY_ENV},
+                    env={**{k: v for k, v in env.items() if k not in LAZY_ENV}, **NVML_CHECK},
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=subprocess.STDOUT,
@@ -293,7 +307,14 @@ def _preimport() -> str | None:
     load_builtin()
     if torch.cuda.is_initialized() or _cuda_driver_initialized():
         return "CUDA was initialized while importing; a child forked now could not use CUDA"
-    _first_compile()
+    gpus = torch.cuda.device_count()  # through NVML (NVML_CHECK), which initializes nothing
+    if not gpus:
+        _first_compile()
+    # Not where a GPU is: on the H200 the CPU compile initialized CUDA's driver (bench/cuda_fork.py)
+    # and took 48-57 s, which every probe waits for. Checked again: where NVML cannot answer, the
+    # count asks CUDA itself.
+    if _cuda_driver_initialized():
+        return "CUDA was initialized while warming up; a child forked now could not use CUDA"
     return None
 
 

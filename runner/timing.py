@@ -104,7 +104,7 @@ class TimingWorker:
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(LATENCY_COMPILE_THREADS))
         walls = sandboxed_walls(spec, workdir, cache)
         with self.log_path.open("wb") as log, contextlib.closing(theirs):
-            if forks is not None and forkserver.serves(spec.device):
+            if forks is not None and forkserver.times_forked(spec.device):
                 args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
                 module = "perfcheck.runner.timing_worker"
                 self.child = forks.fork(

@@ -35,6 +35,8 @@ def build(device):
             pass
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
         parent = f.read().decode().split("\\0")
+    with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+        parent_env = f.read().split(b"\\0")
     with open(os.environ["PERFCHECK_TEST_RECORD"], "a") as f:
         f.write(json.dumps({
             "parent": parent,
@@ -44,6 +46,8 @@ def build(device):
             "sockets": [link for link in links if link.startswith("socket:")],
             "main": sys.modules["__main__"].__spec__.name,
             "argv": sys.argv[1:],
+            "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
+            "parent_nvml_check": b"PYTORCH_NVML_BASED_CUDA_CHECK=1" in parent_env,
         }) + "\\n")
     return nn.Linear(4, 2).to(device), (torch.randn(3, 4).to(device),)
 """
@@ -85,6 +89,9 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
         assert "perfcheck.runner.forkserver" in r["parent"]
         assert r["own_session"] and r["sockets"] == [], r  # nothing of the server's is held
         assert r["main"] == "perfcheck.runner.worker" and r["argv"][1] == "fd:3"
+        # The server counts CUDA devices through NVML (CUDA's driver stays uninitialized, so its
+        # children can use CUDA); the child has the environment it asked for.
+        assert r["parent_nvml_check"] and r["nvml_check"] is None, r
 
     record.unlink()
     monkeypatch.setenv(DISABLE_ENV, "0")

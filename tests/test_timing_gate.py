@@ -216,3 +216,56 @@ def test_recorded_llama_runs_pass_every_identical_trial_and_see_every_planted_pe
                 assert device is not None and device.p_value < TIMING.alpha and device.ratio > 1
         base, head = recorded(name, "llama", 3)  # host busy work: host issue time fails it
         assert all(t.verdict == "fail" for t in replay(base, head))
+
+
+SUITE_RUN = (
+    Path(__file__).resolve().parent.parent
+    / "docs/data/h200/time-to-verdict/run-3/ttv/suite-060820-result.json"
+)
+
+
+def recorded_suite(workload: str) -> tuple[list[TimingProcess], list[TimingProcess]]:
+    """A workload's timing processes from a whole review of bench/gpu-suite.yml on the H200, A/A."""
+    review = json.loads(SUITE_RUN.read_text())
+    [wl] = [w for w in review["workloads"] if w["name"] == workload]
+    sides = [
+        [
+            TimingProcess.model_validate(p)
+            for r in wl[s]
+            if r["probe"] == "timing"
+            for p in r["timing"]["processes"]
+        ]
+        for s in SIDES
+    ]
+    return sides[0], sides[1]
+
+
+def test_a_device_bound_gpu_step_compares_its_median_wall_clock_not_its_rare_gapless_steps() -> None:
+    # The suite's 7B layers on the H200, an identical tree, 9 pairs: the fastest steps of some
+    # processes ran with no gap between kernels and of others never did; their medians agree.
+    base, head = recorded_suite("llama-7b-layers")
+    fast = [p.step_ms for p in base + head]
+    medians = [p.median_step_ms for p in base + head]
+    assert max(fast) / min(fast) > 1.06 and max(medians) / min(medians) < 1.015
+    change = decide(base, head, BUDGETS, TIMING)
+    assert change.bound == "device"
+    step = metric(change, "step_ms")
+    assert step is not None and step.decides and step.verdict == "pass"
+    assert abs(step.base - geometric(medians[: len(base)])) < 1e-9
+    assert step.ratio_high - step.ratio_low < 0.02  # by the fast end: -2.8 ... +5.3 %
+    assert change.verdict == "pass"
+    # A planted 5 % in every step's wall clock still fails on it.
+    slower = [p.model_copy(update={"median_step_ms": p.median_step_ms * 1.05}) for p in head]
+    planted = metric(decide(base, slower, BUDGETS, TIMING), "step_ms")
+    assert planted is not None and planted.verdict == "fail"
+
+
+def test_a_cpu_step_still_compares_the_fast_end_of_its_steps() -> None:
+    base = [proc(10.0) for _ in range(3)]
+    head = [proc(10.0).model_copy(update={"median_step_ms": 12.0}) for _ in range(3)]
+    step = metric(decide(base, head, BUDGETS, TIMING), "step_ms")
+    assert step is not None and step.decides and abs(step.ratio - 1) < 1e-9
+
+
+def geometric(values: Sequence[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
