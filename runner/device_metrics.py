@@ -7,7 +7,7 @@ closing it, so no kernel of a neighbouring step runs inside and none of these is
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +59,16 @@ def from_trace(path: Path, steps: int, profiled_step_ms: float) -> DeviceStep:
     doc = json.loads(path.read_text(encoding="utf-8"))
     events = doc.get("traceEvents", []) if isinstance(doc, dict) else doc
     return device_step((e for e in events if isinstance(e, dict)), steps, profiled_step_ms)
+
+
+def pooled(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One process's device passes as one: each per-step figure the mean over passes weighted by
+    their steps, the steps and the seconds the passes took added up."""
+    steps = sum(int(p["steps"]) for p in passes)
+    out: dict[str, Any] = {"steps": steps}
+    for name in DeviceStep.model_fields:
+        if name != "steps" and all(name in p for p in passes):
+            out[name] = sum(float(p[name]) * int(p["steps"]) for p in passes) / steps
+    if all("pass_s" in p for p in passes):
+        out["pass_s"] = round(sum(float(p["pass_s"]) for p in passes), 3)
+    return out

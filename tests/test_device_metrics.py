@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from perfcheck.runner.device_metrics import device_step, from_trace
+from perfcheck.runner.device_metrics import device_step, from_trace, pooled
+from perfcheck.schema import DeviceStep
 
 DATA = Path(__file__).parent / "data"
 
@@ -50,3 +51,20 @@ def test_overlapping_kernels_count_once_in_device_time_and_cpu_events_not_at_all
     assert figures.kernels == 1.5  # three kernel events over two steps
     assert (figures.memcpy, figures.memcpy_bytes) == (0.5, 4.0)
     assert (figures.memset, figures.memset_bytes) == (0.5, 0.0)  # a size that is no number counts as none
+
+
+def test_two_device_passes_pool_into_one_by_their_steps() -> None:
+    first = {
+        "steps": 10,
+        "busy_ms": 3.9,
+        "kernel_ms": 3.8,
+        "kernels": 41.0,
+        "profiled_step_ms": 4.0,
+        "pass_s": 0.1,
+    }
+    second = {**first, "busy_ms": 3.84, "kernel_ms": 3.74, "pass_s": 0.2}
+    both = pooled([first, second])
+    assert both["steps"] == 20 and both["kernels"] == 41.0 and both["pass_s"] == 0.3
+    assert abs(both["busy_ms"] - 3.87) < 1e-12 and abs(both["kernel_ms"] - 3.77) < 1e-12
+    DeviceStep.model_validate({k: v for k, v in both.items() if k in DeviceStep.model_fields})
+    assert pooled([first]) == {**first, "pass_s": 0.1}
