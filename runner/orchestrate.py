@@ -730,10 +730,22 @@ class _Review:
         from perfcheck.runner.timing import latency_batch_pairs
 
         latency_pairs = self._latency_pairs(wl, collected, expected)
-        # Its samples wait for other workloads' where one batch of compiles has room for them all.
+        # Its samples wait where one batch of compiles has room for them: for the next workload's
+        # set-up, or failing that for other workloads' samples.
         defer = 0 < latency_pairs <= latency_batch_pairs()
-        if defer and sum(len(p.pairs) for p in self.pending) + latency_pairs > latency_batch_pairs():
+        owed = sum(len(p.pairs) for p in self.pending)
+        # Earlier workloads' samples are made while this one's first look sets up where the machine
+        # has a core for each of those processes (the samples' and the set-up's): the set-up is
+        # host work that times nothing, and both sides of each sample pair see it alike. Else they
+        # wait on for this workload's, while one batch has room for all, or are made now.
+        beside = owed > 0 and owed + run.config.timing.processes <= latency_batch_pairs()
+        if not beside and defer and owed + latency_pairs > latency_batch_pairs():
             collected = self._take_pending(collected)
+        taken: list[list[ProbeResult]] = []  # what the samples made beside the set-up joined
+
+        def make_pending(so_far: list[ProbeResult] = collected) -> None:
+            taken.append(self._take_pending(so_far, during=wl.name))
+
         latency_s = self._latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0
         step = budget.begin(label, expected + (0.0 if defer else latency_s))
         task = self.progress.begin(label)
@@ -753,7 +765,10 @@ class _Review:
             deadline=budget.deadline() - self.reserved_s,
             forks=self.forks,
             defer_latency=self._may_hold if defer else None,
+            beside_setup=make_pending if beside else None,
         )
+        if taken:
+            collected = taken[0]
         outcome = _paired_outcome(pair.base, pair.head)
         if pair.pending is not None:
             self.pending.append(pair.pending)
@@ -802,9 +817,10 @@ class _Review:
                 return False
         return host_memory_free_share() > 1 / 3
 
-    def _take_pending(self, collected: list[ProbeResult]) -> list[ProbeResult]:
+    def _take_pending(self, collected: list[ProbeResult], during: str | None = None) -> list[ProbeResult]:
         """The samples the waiting workers owe, made all at once, joined to their workloads'
-        compile results; within what is left of the review's time budget, else cut, saying so."""
+        compile results; within what is left of the review's time budget, else cut, saying so.
+        ``during``: the workload whose timing workers set up meanwhile, said in the step's line."""
         from perfcheck.runner.timing import take_latency
 
         if not self.pending:
@@ -832,6 +848,8 @@ class _Review:
         others = {name: [n for n in names if n != name] for name in names}
         for name, task in tasks.items():
             beside = f", made beside {', '.join(others[name])}'s" if others[name] else ""
+            if during is not None:
+                beside += f", while {during}'s timing workers set up"
             task.finish(f"{_samples_said(measured.get(name, {}))}{beside}")
             if measured.get(name):
                 collected = self._with_samples(collected, name, measured[name])

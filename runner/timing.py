@@ -21,6 +21,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -351,6 +352,7 @@ def run_pairs(
     forks: forkserver.ForkServers | None = None,
     parts: dict[str, float] | None = None,
     keep: list[_Pair] | None = None,
+    beside_setup: Callable[[], None] | None = None,
 ) -> list[dict[str, SideRecord]]:
     """Spawn these pairs' workers, set all of them up at once, then time one pair at a time.
 
@@ -359,12 +361,16 @@ def run_pairs(
     pipe), so nothing else runs on the GPU or the shared core while a pair is timed. Where the
     time went is added up in ``parts`` (set-up, pairs, compile latency, ending). With ``keep``,
     the pairs that make compile-latency samples are not asked for them here: they are added to
-    ``keep``, their workers idle and alive, for ``take_latency`` to ask later.
+    ``keep``, their workers idle and alive, for ``take_latency`` to ask later. ``beside_setup``
+    runs in a thread of its own while the workers set up (other host work that measures nothing
+    of these pairs); no pair is timed before it has ended, and what it took past the set-up is
+    booked as "waiting beside".
     """
     timeout = specs["head"].workload.timeout_s
     books = parts if parts is not None else {}
     pairs: list[_Pair] = []
     kept: list[_Pair] = []
+    beside = _Beside(beside_setup)
     try:
         with _part(books, "set-up"):
             for index in indices:
@@ -373,6 +379,7 @@ def run_pairs(
                 for side in pair.order:
                     with _blaming(side):
                         pair.workers[side].send("setup")
+            beside.start()
             for pair in pairs:
                 for side in pair.order:
                     with _blaming(side):
@@ -381,6 +388,9 @@ def run_pairs(
                     if isinstance(setup.get("began"), float):  # the same monotonic clock
                         imports = max(0.0, setup["began"] - pair.workers[side].started)
                         pair.records[side].phases_s["imports"] = round(imports, 3)
+        if beside.thread is not None:
+            with _part(books, "waiting beside"):
+                beside.join()
         with _part(books, "pairs"):
             for pair in pairs:
                 _measure(pair, specs, cpu, conditions)
@@ -397,6 +407,38 @@ def run_pairs(
         return [pair.records for pair in pairs]
     finally:
         _close_all([p for p in pairs if p not in kept])
+        with contextlib.suppress(Exception):  # what ended the set-up early is what is raised
+            beside.join()  # and the work beside it ends first
+
+
+class _Beside:
+    """Work run in a thread beside a set-up; ``join`` waits for it and raises what it raised."""
+
+    def __init__(self, work: Callable[[], None] | None) -> None:
+        self.work = work
+        self.thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    def _run(self) -> None:
+        assert self.work is not None
+        try:
+            self.work()
+        except BaseException as err:  # handed to the caller's thread by join
+            self.error = err
+
+    def start(self) -> None:
+        if self.work is not None:
+            self.thread = threading.Thread(target=self._run, name="perfcheck-beside-setup", daemon=True)
+            self.thread.start()
+
+    def join(self) -> None:
+        thread, self.thread = self.thread, None
+        if thread is None:
+            return
+        thread.join()
+        error, self.error = self.error, None
+        if error is not None:
+            raise error
 
 
 def _close_all(pairs: Sequence[_Pair]) -> None:
@@ -597,6 +639,7 @@ def run_paired(
     deadline: float | None = None,
     forks: forkserver.ForkServers | None = None,
     defer_latency: Callable[[PendingLatency], bool] | None = None,
+    beside_setup: Callable[[], None] | None = None,
 ) -> PairedTiming:
     """Time both sides over pairs of processes until the gate decides; one ProbeResult per side,
     never raising for what the workers do. The first ``latency_pairs`` pairs' workers then each
@@ -605,7 +648,9 @@ def run_paired(
     what the last look cost. Where ``defer_latency`` says yes to the pairs that owe samples (once
     their look is timed), they are handed back as ``PairedTiming.pending`` instead: their workers
     idle while the gate's further looks and other workloads are timed, and make their samples
-    beside other workloads' (``take_latency``), which costs one batch of compiles for several."""
+    beside other workloads' (``take_latency``), which costs one batch of compiles for several.
+    ``beside_setup`` runs while the first look's workers set up (``run_pairs``), before any pair
+    is timed: where earlier workloads' waiting workers make their samples."""
     start = time.monotonic()
     specs = {"base": base_spec, "head": head_spec}
     sides = {"base": base, "head": head}
@@ -636,7 +681,9 @@ def run_paired(
                 forks=forks,
                 parts=parts,
                 keep=keep,
+                beside_setup=beside_setup,
             )
+            beside_setup = None  # the first look's set-up only
             if owing and pending is None and len(pairs) >= latency_pairs:
                 pending = _defer_or_take(head_spec, owing, defer_latency, parts)
             per_pair = (time.monotonic() - look) / len(batch)

@@ -260,6 +260,37 @@ def test_several_workloads_make_their_samples_together_after_their_timing(
         assert steps[f"base ⇄ head · {name} · timing"].parts_s.get("compile latency", 0.0) == 0
 
 
+def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_set_up(
+    tmp_path: Path, review: ReviewFn, cold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the machine has a core for each process (here told so: the samples' two pairs and the
+    next workload's first look of three), the first workload's samples are made in a thread beside
+    the next workload's set-up, before any of its pairs is timed; the last workload's alone."""
+    from perfcheck.runner import timing
+
+    monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 5)
+    config = parse_config(
+        "workloads:\n  - {name: net, entry: model.py:build}\n  - {name: twin, entry: model.py:build}\n"
+        "compile: {backend: aot_eager, measure: wall, runs: 2}\n",
+        "two.yml",
+    )
+    result = review(
+        model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile", "timing")
+    )
+    assert not result.findings  # (a tiny model timed on a shared CPU may end inconclusive: not the point)
+    for workload in result.workloads:
+        change = workload.compile_latency
+        assert change is not None and change.measure == "wall" and change.pairs == 2, workload.name
+    steps = {s.step: s for c in result.costs for s in c.steps}
+    assert "base ⇄ head · net, twin · compile latency" not in steps
+    assert steps["base ⇄ head · net · compile latency"].spent_s
+    assert steps["base ⇄ head · twin · compile latency"].spent_s
+    # net's samples were made inside twin's timing step, beside its set-up; none in net's own.
+    assert "waiting beside" in steps["base ⇄ head · twin · timing"].parts_s
+    assert "waiting beside" not in steps["base ⇄ head · net · timing"].parts_s
+    assert steps["base ⇄ head · net · timing"].parts_s.get("compile latency", 0.0) == 0
+
+
 def test_without_timing_the_compile_probe_makes_the_cold_compiles(
     tmp_path: Path, review: ReviewFn, cold: None
 ) -> None:
