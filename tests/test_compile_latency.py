@@ -222,6 +222,14 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
     )
 
 
+# Two workloads of the same model, two samples a side each, timing at its defaults (3 pairs first).
+TWO_WORKLOADS = parse_config(
+    "workloads:\n  - {name: net, entry: model.py:build}\n  - {name: twin, entry: model.py:build}\n"
+    "compile: {backend: aot_eager, measure: wall, runs: 2}\n",
+    "two.yml",
+)
+
+
 def test_several_workloads_make_their_samples_together_after_their_timing(
     tmp_path: Path, review: ReviewFn, cold: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -232,12 +240,8 @@ def test_several_workloads_make_their_samples_together_after_their_timing(
     its cache."""
     from perfcheck.runner import timing
 
-    monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 4)
-    config = parse_config(
-        "workloads:\n  - {name: net, entry: model.py:build}\n  - {name: twin, entry: model.py:build}\n"
-        "compile: {backend: aot_eager, measure: wall, runs: 2}\n",
-        "two.yml",
-    )
+    monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 4)  # 2 owed + a first look of 3: no
+    config = TWO_WORKLOADS
     result = review(
         model_tree(tmp_path / "base"),
         model_tree(tmp_path / "head"),
@@ -269,13 +273,11 @@ def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_se
     from perfcheck.runner import timing
 
     monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 5)
-    config = parse_config(
-        "workloads:\n  - {name: net, entry: model.py:build}\n  - {name: twin, entry: model.py:build}\n"
-        "compile: {backend: aot_eager, measure: wall, runs: 2}\n",
-        "two.yml",
-    )
     result = review(
-        model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile", "timing")
+        model_tree(tmp_path / "base"),
+        model_tree(tmp_path / "head"),
+        TWO_WORKLOADS,
+        probes=("compile", "timing"),
     )
     assert not result.findings  # (a tiny model timed on a shared CPU may end inconclusive: not the point)
     for workload in result.workloads:
