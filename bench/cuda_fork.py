@@ -42,7 +42,19 @@ for step in steps:
 pid = os.fork()
 if pid == 0:
     try:
+        # As a fork server's child: every inherited descriptor closed, its own environment, then
+        # what transformers does on import (a device count before CUDA is initialized).
+        for name in os.listdir("/proc/self/fd"):
+            if int(name) > 2:
+                try:
+                    os.close(int(name))
+                except OSError:
+                    pass
+        os.environ.pop("PYTORCH_NVML_BASED_CUDA_CHECK", None)
         import torch
+        print("child: device_count", torch.cuda.device_count(), "available", torch.cuda.is_available(),
+              file=sys.stderr)
+        print("child:", torch.cuda.get_device_name(0), file=sys.stderr)
         value = (torch.ones(4, device="cuda") * 2).sum().item()
         os._exit(0 if value == 8.0 else 5)
     except BaseException as err:

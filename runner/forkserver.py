@@ -310,6 +310,7 @@ def _preimport() -> str | None:
     gpus = torch.cuda.device_count()  # through NVML (NVML_CHECK), which initializes nothing
     if not gpus:
         _first_compile()
+    _release_nvml()
     # Not where a GPU is: on the H200 the CPU compile initialized CUDA's driver (bench/cuda_fork.py)
     # and took 48-57 s, which every probe waits for. Checked again: where NVML cannot answer, the
     # count asks CUDA itself.
@@ -355,6 +356,25 @@ def _first_compile() -> None:
 
 
 CUDA_ERROR_NOT_INITIALIZED = 3
+NVML_MAX_RELEASES = 64
+
+
+def _release_nvml() -> None:
+    """Shut NVML down where counting devices through it left it initialized (torch initializes it
+    once per count and never shuts it down): a child closes every descriptor it inherits, NVML's
+    on the GPU's device files among them, and an NVML that believes itself initialized over
+    closed (or reused) descriptors answers a child's next device count wrongly; the H200's
+    forked Llama probes failed with 'Invalid device id'. Shut down, a child's NVML starts afresh.
+    ``nvmlShutdown`` undoes one ``nvmlInit`` and fails once none is left."""
+    try:
+        if "libnvidia-ml.so" not in Path("/proc/self/maps").read_text():
+            return
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")  # the library already loaded: no second copy
+        for _ in range(NVML_MAX_RELEASES):
+            if nvml.nvmlShutdown() != 0:
+                break
+    except (OSError, AttributeError):
+        return
 
 
 def _cuda_driver_initialized() -> bool:
