@@ -22,6 +22,7 @@ from perfcheck.bot.acks import PostedComment
 from perfcheck.bot.command import PERMISSIONS
 from perfcheck.bot.events import PullRequest
 from perfcheck.bot.retry import Failure, RetryPolicy, delay_for
+from perfcheck.core.bisect import KnownCommit, git_subject
 
 T = TypeVar("T")
 
@@ -56,6 +57,7 @@ class GitHubPort(Protocol):
 
     def pull(self, number: int) -> PullRequest: ...
     def changed_files(self, number: int) -> tuple[tuple[str, ...], bool]: ...
+    def pull_commits(self, number: int) -> tuple[dict[str, KnownCommit], bool]: ...
     def permission(self, login: str) -> str: ...
     def pulls_for_commit(self, sha: str) -> list[int]: ...
     def react(self, number: int, comment_id: int, content: str) -> None: ...
@@ -134,6 +136,24 @@ class GitHubGateway:
     def pull(self, number: int) -> PullRequest:
         raw = self._call(f"read pull request #{number}", lambda: self.repo.get_pull(number).raw_data)
         return PullRequest.model_validate(raw)
+
+    def pull_commits(self, number: int) -> tuple[dict[str, KnownCommit], bool]:
+        """The PR's commits as the API lists them, by SHA, and whether that list is the whole PR."""
+
+        def fetch() -> tuple[dict[str, KnownCommit], bool]:
+            pull = self.repo.get_pull(number)
+            commits = {
+                c.sha: KnownCommit(
+                    subject=git_subject(c.commit.message or ""),
+                    author=c.commit.author.name if c.commit.author is not None else "",
+                    first_parent=c.parents[0].sha if c.parents else None,
+                )
+                for c in pull.get_commits()
+            }
+            # The endpoint lists at most 250 commits: a longer PR's list is partial.
+            return commits, len(commits) >= pull.commits
+
+        return self._call(f"list the commits of pull request #{number}", fetch)
 
     def changed_files(self, number: int) -> tuple[tuple[str, ...], bool]:
         """The PR's files as the API lists them, and whether that list is the whole PR."""
@@ -316,6 +336,10 @@ class DryRunGitHub:
 
     def changed_files(self, number: int) -> tuple[tuple[str, ...], bool]:
         return (), False
+
+    def pull_commits(self, number: int) -> tuple[dict[str, KnownCommit], bool]:
+        self._say("GET", f"/pulls/{number}/commits", "(dry run: assumed unknown)")
+        return {}, False
 
     def permission(self, login: str) -> str:
         return "none"

@@ -27,6 +27,7 @@ from perfcheck.bot.publish import (
 )
 from perfcheck.bot.settings import GitHubSettings
 from perfcheck.config import Config, ConfigError, load_config
+from perfcheck.core.bisect import outside_pull
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline
 from perfcheck.core.reports import render_job_summary
@@ -180,6 +181,26 @@ def _acknowledged(port: GitHubPort, review: Review, target: Target, config: Conf
     return review.model_copy(update={"summary": headline(review)})
 
 
+def _bisect_checked(port: GitHubPort, review: Review, target: Target, log: Log) -> Review:
+    """The review, its bisect section left out (and the log saying why) unless the range it
+    searched is the PR's own history as the API lists it: the section was written by the job
+    that ran the PR's code, which could otherwise blame a base-branch commit, or one it made up.
+    (report checked it against its own range already.)"""
+    doc = review.bisect
+    if doc is None:
+        return review
+    if target.pr_number is None:
+        why = ["no pull request to check its commits against"]
+    else:
+        commits, complete = port.pull_commits(target.pr_number)
+        why = outside_pull(doc, commits, complete)
+        if not why:
+            return review
+    more = f" and {len(why) - 3} more" if len(why) > 3 else ""
+    log(f"bisect section left out: {'; '.join(why[:3])}{more}")
+    return review.model_copy(update={"bisect": None})
+
+
 def publish(s: PublishSettings, port: GitHubPort, log: Log, show: Log) -> int:
     """Post the check run (and the PR comment) for ``s``; ``log`` says what happened, ``show``
     prints a review GitHub would not take, so that it is not lost. Returns the exit code."""
@@ -200,7 +221,7 @@ def publish(s: PublishSettings, port: GitHubPort, log: Log, show: Log) -> int:
             mark_check(port, target, s.config.github, status, heading, s.summary or heading)
             log(f"check {s.config.github.check_name!r} on {s.sha[:7]}: {status}")
             return EXIT_PUBLISHED
-        review = _acknowledged(port, review, target, s.config)
+        review = _acknowledged(port, _bisect_checked(port, review, target, log), target, s.config)
         outcome = publish_review(port, review, target, s.config.github, s.templates, matrix)
     except PublishRefused as err:
         log(str(err))

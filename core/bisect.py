@@ -8,7 +8,9 @@ known absent and the first known present; each probe run halves what lies betwee
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from perfcheck.bisect_schema import BisectDoc, Commit
@@ -211,6 +213,41 @@ def range_problems(doc: BisectDoc) -> list[str]:
         for n, s in enumerate(doc.skipped)
         if s.sha not in index
     ]
+    return problems
+
+
+@dataclass(frozen=True)
+class KnownCommit:
+    """A commit as the forge says it is (GitHub's list of a pull request's commits)."""
+
+    subject: str  # as git's %s gives it: the message's first paragraph, its lines joined by spaces
+    author: str  # the author's name, as git's %an gives it
+    first_parent: str | None
+
+
+def git_subject(message: str) -> str:
+    """What git's ``%s`` shows of a commit message: its first paragraph, lines joined by spaces."""
+    paragraph = message.replace("\r\n", "\n").strip("\n").split("\n\n", 1)[0]
+    return " ".join(line.strip() for line in paragraph.splitlines() if line.strip())
+
+
+def outside_pull(doc: BisectDoc, commits: Mapping[str, KnownCommit], complete: bool) -> list[str]:
+    """Why ``doc``'s range is not the pull request's own history, or [] when it is: each commit
+    after good one of the PR's commits, under the subject and author the forge gives it, and the
+    first parent of the one before it back to good. ``range_problems`` checks a document against
+    its own span; this checks the span against the forge, so that a probe job that ran PR code
+    cannot put a commit of the base branch, or one it made up, in the range it blames from."""
+    if not complete:
+        return ["the pull request has more commits than the API lists, so its range cannot be checked"]
+    problems = []
+    for before, commit in itertools.pairwise(doc.span):
+        known = commits.get(commit.sha)
+        if known is None:
+            problems.append(f"{commit.sha[:12]} is not a commit of the pull request")
+        elif (known.subject, known.author) != (commit.subject, commit.author):
+            problems.append(f"{commit.sha[:12]} is shown under another subject or author than the forge's")
+        elif known.first_parent != before.sha:
+            problems.append(f"{commit.sha[:12]} does not follow {before.sha[:12]}")
     return problems
 
 

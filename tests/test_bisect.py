@@ -365,3 +365,22 @@ def test_a_slowdown_bisects_with_the_gates_paired_runs(tmp_path: Path) -> None:
     assert slower.outcome == "found" and slower.first_bad is not None, slower
     assert slower.first_bad.sha == slow and slower.probe_runs <= math.ceil(math.log2(doc.commits)) + 1
     assert f"commit 2/4 {slow[:10]} · net · timing" in done.stderr  # the middle first, then 1
+
+
+def test_a_range_is_checked_against_the_pull_requests_commits() -> None:
+    from perfcheck.core.bisect import KnownCommit, git_subject, outside_pull
+
+    good, first, bad = (Commit(sha=ch * 40, subject=f"s{ch}", author="a") for ch in "123")
+    doc = BisectDoc(
+        good=good, bad=bad, commits=2, span=[good, first, bad], probes=["compile"], findings=[], probe_runs=0
+    )
+    pull = {first.sha: KnownCommit("s2", "a", good.sha), bad.sha: KnownCommit("s3", "a", first.sha)}
+    assert outside_pull(doc, pull, complete=True) == []
+    assert outside_pull(doc, pull, complete=False)  # a PR longer than the API lists: unknown
+    swapped = {**pull, bad.sha: KnownCommit("s3", "a", good.sha)}  # not first-parent after first
+    assert outside_pull(doc, swapped, complete=True) == [f"{bad.sha[:12]} does not follow {first.sha[:12]}"]
+    assert outside_pull(doc, {bad.sha: pull[bad.sha]}, complete=True) == [
+        f"{first.sha[:12]} is not a commit of the pull request"
+    ]
+    assert git_subject("Fix the\nlong subject\n\nbody\n") == "Fix the long subject"
+    assert git_subject("\r\nOne line\r\n") == "One line"

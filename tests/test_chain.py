@@ -25,6 +25,7 @@ import pytest
 import yaml
 from conftest import git, git_commit
 from fakegithub import FakeGitHub
+from fakegithub.state import PullCommit
 
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 
@@ -318,6 +319,16 @@ def _pull_request_history(repo: Path) -> list[str]:
     return [git_commit(repo, subject, files) for subject, files in steps]
 
 
+def _pull_commits(repo: Path, base: str, head: str) -> list[PullCommit]:
+    """The PR's commits as GitHub lists them (oldest first), from the repository's own history."""
+    listed = git(repo, "log", "--reverse", "--format=%H%x00%P%x00%an%x00%B%x01", f"{base}..{head}")
+    commits = []
+    for record in filter(None, (r.strip("\n") for r in listed.split("\x01"))):
+        sha, parents, author, message = record.split("\x00", 3)
+        commits.append(PullCommit(sha, message, author, tuple(parents.split())))
+    return commits
+
+
 def test_a_failing_pull_request_of_several_commits_names_the_commit_in_the_comment(
     fake_github: FakeGitHub, tmp_path: Path
 ) -> None:
@@ -325,7 +336,14 @@ def test_a_failing_pull_request_of_several_commits_names_the_commit_in_the_comme
     base_sha, _, item_sha, head_sha = _pull_request_history(origin)
     fake_github.add_repo(REPO, default_branch="master")
     fake_github.add_token(TOKEN, login="github-actions[bot]", kind="app")
-    fake_github.add_pull(REPO, 3, head_sha=head_sha, base_sha=base_sha, files=["model.py", "README.md"])
+    fake_github.add_pull(
+        REPO,
+        3,
+        head_sha=head_sha,
+        base_sha=base_sha,
+        files=["model.py", "README.md"],
+        commits=_pull_commits(origin, base_sha, head_sha),  # what publish checks the bisect against
+    )
     runner = Runner(fake_github, tmp_path)
     event = copy.deepcopy(json.loads((DATA / "webhooks" / "pull_request.json").read_text())[0])
     event["number"] = event["pull_request"]["number"] = 3

@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 from fakegithub import FakeGitHub
+from fakegithub.state import PullCommit
 
+from perfcheck.bisect_schema import BisectDoc, Commit, Located
 from perfcheck.bot.events import parse_event
 from perfcheck.bot.gateway import GitHubError, GitHubGateway
 from perfcheck.bot.plan import decide
@@ -24,6 +26,7 @@ from perfcheck.bot.publish import parse_state, publish_review
 from perfcheck.bot.respond import lookup_context, respond
 from perfcheck.bot.retry import RetryPolicy
 from perfcheck.config import Config, GitHubConfig
+from perfcheck.core.bisect import KnownCommit, targets
 from perfcheck.schema import Finding, Review, SourceLocation, load_review
 
 DATA = Path(__file__).parent / "data"
@@ -502,3 +505,65 @@ def test_a_huge_malformed_command_gets_a_short_reply(github: FakeGitHub, port: G
     assert not decided.run
     reply = github.comments(REPO, 2)[-1]["body"]
     assert len(reply) < 5_000 and "unknown command" in reply
+
+
+# -- the bisect section, checked against the PR's commits as the API lists them -------------------
+
+FIRST = "c" * 40  # the PR's first commit, the one the bisect blames
+PR_COMMITS = [
+    PullCommit(FIRST, "Move the classifier to gelu\n\nWith a graph break.", "Ada Lovelace", (BASE,)),
+    PullCommit(HEAD, "Tidy", "Ada Lovelace", (FIRST,)),
+]
+
+
+def _bisected_result(span_middle: Commit) -> str:
+    """The demo review at HEAD with a bisect section, as a probe job writes it, that blames
+    ``span_middle`` for the review's graph break."""
+    review = Review.model_validate_json(demo_result_at(HEAD))
+    [found] = [f for f in review.findings if f.category == "graph_break_added"]
+    [target] = targets(found)
+    good = Commit(sha=BASE, subject="Base", author="Grace Hopper")
+    bad = Commit(sha=HEAD, subject="Tidy", author="Ada Lovelace")
+    entry = Located(
+        key=target.key, label=target.label, category=target.category, workload=target.workload,
+        probe=target.probe, outcome="found", first_bad=span_middle, last_good=good,
+    )  # fmt: skip
+    doc = BisectDoc(
+        good=good, bad=bad, commits=2, span=[good, span_middle, bad], probes=["compile"], findings=[entry],
+        probe_runs=1,
+    )  # fmt: skip
+    return review.model_copy(update={"bisect": doc}).model_dump_json()
+
+
+@pytest.mark.parametrize(
+    ("blamed", "shown"),
+    [
+        (Commit(sha=FIRST, subject="Move the classifier to gelu", author="Ada Lovelace"), True),
+        # A base-branch commit, real but not the PR's; the PR's own under another author; one made up.
+        (Commit(sha=BASE[:-1] + "0", subject="Move the classifier to gelu", author="Ada Lovelace"), False),
+        (Commit(sha=FIRST, subject="Move the classifier to gelu", author="Mallory"), False),
+        (Commit(sha="d" * 40, subject="Move the classifier to gelu", author="Ada Lovelace"), False),
+    ],
+)
+def test_publish_shows_a_bisect_section_only_over_the_prs_own_commits(
+    github: FakeGitHub, tmp_path: Path, blamed: Commit, shown: bool
+) -> None:
+    github.add_pull(REPO, 7, head_sha=HEAD, base_sha=BASE, files=["model.py"], commits=PR_COMMITS)
+    (tmp_path / "result.json").write_text(_bisected_result(blamed))
+    done = _cli(["publish", "--report", str(tmp_path), "--sha", HEAD, "--pr", "7"], github, tmp_path)
+    assert done.returncode == 0, done.stderr
+    (comment,) = github.comments(REPO, 7)
+    assert ("Where each finding came from" in comment["body"]) is shown
+    assert ("bisect section left out" in done.stderr) is not shown
+    if shown:
+        assert "Move the classifier to gelu" in comment["body"] and FIRST[:10] in comment["body"]
+    else:
+        assert "New graph break" in comment["body"]  # the review itself is posted
+
+
+def test_the_prs_commits_are_read_as_git_shows_them(github: FakeGitHub, port: GitHubGateway) -> None:
+    github.add_pull(REPO, 7, head_sha=HEAD, base_sha=BASE, files=["model.py"], commits=PR_COMMITS)
+    commits, complete = port.pull_commits(7)
+    assert complete and list(commits) == [FIRST, HEAD]
+    assert commits[FIRST] == KnownCommit("Move the classifier to gelu", "Ada Lovelace", BASE)
+    assert commits[HEAD].first_parent == FIRST

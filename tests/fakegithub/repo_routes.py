@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from .exchange import Call, Problem, Reply, invalid, not_found, paginate
-from .state import MAX_LISTED_FILES, Comment, Issue, Pull, Reaction, User, now
+from .state import MAX_LISTED_COMMITS, MAX_LISTED_FILES, Comment, Issue, Pull, Reaction, User, now
 
 # GitHub refuses longer issue comment bodies (counted in characters).
 MAX_COMMENT_BODY = 65536
@@ -39,6 +39,14 @@ def list_pull_files(call: Call) -> Reply:
     pull = _pull(call)
     page, headers = paginate(call, pull.files[:MAX_LISTED_FILES])
     return Reply(200, [call.shapes.diff_entry(pull, entry) for entry in page], headers)
+
+
+def list_pull_commits(call: Call) -> Reply:
+    pull = _pull(call)
+    page, headers = paginate(call, pull.commits[:MAX_LISTED_COMMITS])
+    return Reply(
+        200, [call.shapes.commit(pull.repo, c.sha, c.message, c.author, c.parents) for c in page], headers
+    )
 
 
 def get_issue(call: Call) -> Reply:
@@ -176,6 +184,7 @@ ROUTES: dict[str, Callable[[Call], Reply]] = {
     "repos/get": get_repo,
     "pulls/get": get_pull,
     "pulls/list-files": list_pull_files,
+    "pulls/list-commits": list_pull_commits,
     "issues/get": get_issue,
     "repos/get-commit": get_commit,
     "repos/list-pull-requests-associated-with-commit": list_commit_pulls,

@@ -24,7 +24,7 @@ from .exchange import Call, Problem, Reply, not_found
 from .faults import Fault, fault_reply, make_fault
 from .shapes import Shapes
 from .spec import Match, Spec, load
-from .state import App, Installation, Pull, State, Token
+from .state import App, Installation, Pull, PullCommit, State, Token
 
 ROUTES: dict[str, Callable[[Call], Reply]] = {
     **repo_routes.ROUTES,
@@ -219,8 +219,10 @@ class FakeGitHub:
         changed_files: int | None = None,
         title: str | None = None,
         head_ref: str = "topic",
+        commits: Sequence[PullCommit] = (),
     ) -> None:
-        """A pull request (and the issue it also is). `files` entries are names or diff-entry overrides."""
+        """A pull request (and the issue it also is). `files` entries are names or diff-entry overrides;
+        `commits` what its commits list gives, oldest first."""
         self.state.add_pull(
             repo,
             number,
@@ -234,6 +236,7 @@ class FakeGitHub:
             changed_files=changed_files,
             title=title,
             head_ref=head_ref,
+            commits=commits,
         )
 
     def add_issue(self, repo: str, number: int, *, title: str = "An issue", user: str = "octocat") -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
 
 from .spec import Spec
@@ -287,7 +288,7 @@ class Shapes:
             comments=len(self.state.comments_on(pull)),
             review_comments=0,
             maintainer_can_modify=pull.head_repo is not None,
-            commits=1,
+            commits=max(1, len(pull.commits)),
             additions=additions,
             deletions=deletions,
             changed_files=pull.changed_files,
@@ -318,10 +319,17 @@ class Shapes:
         body.update(entry)
         return body
 
-    def commit(self, repo: Repo, sha: str, message: str) -> dict[str, Any]:
+    def commit(
+        self,
+        repo: Repo,
+        sha: str,
+        message: str,
+        author: str = "Monalisa Octocat",
+        parents: Sequence[str] = (),
+    ) -> dict[str, Any]:
         body = self._example("commit", repo.full_name)
         api = f"{self.api}/repos/{repo.full_name}"
-        signature = {"name": "Monalisa Octocat", "email": "mona@github.com", "date": iso(repo.created_at)}
+        signature = {"name": author, "email": "mona@github.com", "date": iso(repo.created_at)}
         body.update(
             url=f"{api}/commits/{sha}",
             sha=sha,
@@ -330,7 +338,10 @@ class Shapes:
             comments_url=f"{api}/commits/{sha}/comments",
             author=None,
             committer=None,
-            parents=[],
+            parents=[
+                {"sha": p, "url": f"{api}/commits/{p}", "html_url": f"{WEB}/{repo.full_name}/commit/{p}"}
+                for p in parents
+            ],
             stats={"additions": 0, "deletions": 0, "total": 0},
             files=[],
         )

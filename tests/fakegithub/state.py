@@ -28,6 +28,7 @@ LEGACY_PERMISSION = {
 }
 # GitHub's files endpoint stops listing a pull request's files after this many, whatever changed_files says.
 MAX_LISTED_FILES = 3000
+MAX_LISTED_COMMITS = 250  # GitHub lists at most this many of a pull request's commits
 
 
 def now() -> datetime:
@@ -88,6 +89,16 @@ class Pull(Issue):
     files: list[dict[str, Any]] = field(default_factory=list)
     changed_files: int = 0
     draft: bool = False
+    # What GET .../pulls/{n}/commits lists, oldest first: the head's history since the base.
+    commits: list[PullCommit] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PullCommit:
+    sha: str
+    message: str
+    author: str
+    parents: tuple[str, ...]
 
 
 @dataclass
@@ -264,6 +275,7 @@ class State:
         changed_files: int | None = None,
         title: str | None = None,
         head_ref: str = "topic",
+        commits: Sequence[PullCommit] = (),
     ) -> Pull:
         with self.lock:
             repo = self.repo(full_name)
@@ -284,10 +296,13 @@ class State:
                 files=entries,
                 changed_files=len(entries) if changed_files is None else changed_files,
                 draft=draft,
+                commits=list(commits),
             )
             self.issues[(repo.full_name.lower(), number)] = pull
             for sha in (head_sha, base_sha):
                 self.commits.setdefault((repo.full_name.lower(), sha), f"Commit {sha[:7]}")
+            for commit in commits:
+                self.commits[(repo.full_name.lower(), commit.sha)] = commit.message
             return pull
 
     def _fork(self, full_name: str) -> Repo:
