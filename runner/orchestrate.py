@@ -16,7 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -518,6 +518,7 @@ class _Review:
             if run.jobs > 1 and i[1] == "compile" and i[2].side == "head" and self._shares(i[0])
         ]
         order = first + [i for i in self.single if i not in first and i not in last] + last
+        paired = list(self.paired)
         with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
             futures = []
             for item in order:
@@ -525,30 +526,30 @@ class _Review:
                 if item in first:
                     self.base_compiles[item[0].name] = future
                 futures.append((item, future))
-            done = {id(item): f.result() for item, f in futures}
-            collected = [done[id(item)] for item in self.single]  # plan order, whatever finished first
-            more = [
-                (wl, p, side)
-                for wl, p in _follow_ups(run, self.wanted, collected)
-                for side in (run.base, run.head)
-            ]
-            if more:
-                # Known only now: said as a line of the plan before the count grows.
-                names = ", ".join(dict.fromkeys(wl.name for wl, _, _ in more))
-                self.progress.say(
-                    f"plan: + custom_ops ×{len(more)} for {names} (torch.compile or torch.export failed on a "
-                    "side, or the exported graph calls a custom op: custom_ops names the op and the check)"
-                )
-                self.progress.total += len(more)
-                collected += list(pool.map(self._one, more))
-        collected = self._callgrind_latency(collected)
-        try:
-            for wl, probe in self.paired:
-                collected = self._timed(wl, probe, collected, run_paired)
-            collected = self._take_pending(collected)
-        finally:
-            for pending in self.pending:  # stopped on the way: their workers end with the review
-                pending.close()
+            lead = self._tail_lead(futures, paired)
+            try:
+                if lead is None:
+                    collected = self._structural(futures, pool)
+                else:
+                    # The first timed workload's workers set up while the last per-side probes end:
+                    # set-up times nothing, and no pair is timed before those probes are through.
+                    paired.remove(lead)
+                    partial = [f.result() for _, f in futures if f.done()]
+                    whole: list[list[ProbeResult]] = []
+
+                    def finish() -> None:
+                        whole.append(self._structural(futures, pool))
+
+                    out = self._timed(*lead, partial, run_paired, also_beside=finish)
+                    rest = whole[0] if whole else self._structural(futures, pool)  # (timing skipped)
+                    collected = _rejoined(rest, partial, out, lead[0].name)
+                collected = self._callgrind_latency(collected)
+                for wl, probe in paired:
+                    collected = self._timed(wl, probe, collected, run_paired)
+                collected = self._take_pending(collected)
+            finally:
+                for pending in self.pending:  # stopped on the way: their workers end with the review
+                    pending.close()
         for name in sorted(self.latency_owed):  # counted in the plan, and never measured
             self._latency_task(name).finish(f"not measured: {self.notes.get(name, 'its timing did not run')}")
         # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
@@ -559,6 +560,56 @@ class _Review:
             review = results[r.workload]
             results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
         return list(results.values())
+
+    def _structural(
+        self, futures: list[tuple[Item, Future[ProbeResult]]], pool: ThreadPoolExecutor
+    ) -> list[ProbeResult]:
+        """Every per-side probe's result, in plan order whatever finished first, and the
+        follow-ups they call for, run on the same slots."""
+        run = self.run_
+        done = {id(item): f.result() for item, f in futures}
+        collected = [done[id(item)] for item in self.single]
+        more = [
+            (wl, p, side)
+            for wl, p in _follow_ups(run, self.wanted, collected)
+            for side in (run.base, run.head)
+        ]
+        if more:
+            # Known only now: said as a line of the plan before the count grows.
+            names = ", ".join(dict.fromkeys(wl.name for wl, _, _ in more))
+            self.progress.say(
+                f"plan: + custom_ops ×{len(more)} for {names} (torch.compile or torch.export failed on a "
+                "side, or the exported graph calls a custom op: custom_ops names the op and the check)"
+            )
+            self.progress.total += len(more)
+            collected += list(pool.map(self._one, more))
+        return collected
+
+    def _tail_lead(
+        self, futures: list[tuple[Item, Future[ProbeResult]]], paired: list[tuple[WorkloadConfig, str]]
+    ) -> tuple[WorkloadConfig, str] | None:
+        """The timed workload whose workers may set up while the last per-side probes run, once
+        it has one: the first (in plan order) whose own per-side probes are done, found once no
+        probe waits for a slot, where the machine has a core for every probe still running and
+        every process of a first look. None (after waiting for every probe) where there is none:
+        one slot, a workload whose compile latency callgrind counts after the per-side probes, or
+        too few cores."""
+        run = self.run_
+        first_look = 2 * run.config.timing.processes
+        if run.jobs <= 1 or not paired or any(w == "callgrind" for w in self.latency_at.values()):
+            return None
+        waiting = {f for _, f in futures}
+        while waiting:
+            if all(f.running() or f.done() for _, f in futures):
+                running = sum(1 for _, f in futures if not f.done())
+                if running + first_look > host_cores():
+                    return None
+                for wl, probe in paired:
+                    own = [f for item, f in futures if item[0].name == wl.name]
+                    if all(f.done() for f in own):
+                        return (wl, probe) if running else None
+            _, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+        return None
 
     def _one(self, item: Item) -> ProbeResult:
         wl, probe, side = item
@@ -712,8 +763,14 @@ class _Review:
         return timing_estimate_s(cfg, setup_s, pairs or cfg.processes)
 
     def _timed(
-        self, wl: WorkloadConfig, probe: str, collected: list[ProbeResult], run_paired: Callable[..., Any]
+        self,
+        wl: WorkloadConfig,
+        probe: str,
+        collected: list[ProbeResult],
+        run_paired: Callable[..., Any],
+        also_beside: Callable[[], None] | None = None,
     ) -> list[ProbeResult]:
+        """``wl``'s timing step; ``also_beside``: more host work to do while its workers set up."""
         run, budget = self.run_, self.budget
         label = f"base ⇄ head · {wl.name} · {probe}"
         expected = self._timing_estimate(wl, collected)
@@ -765,7 +822,7 @@ class _Review:
             deadline=budget.deadline() - self.reserved_s,
             forks=self.forks,
             defer_latency=self._may_hold if defer else None,
-            beside_setup=make_pending if beside else None,
+            beside_setup=_in_turn([make_pending] if beside else [], also_beside),
         )
         if taken:
             collected = taken[0]
@@ -889,6 +946,34 @@ class _Review:
         self.budget.cut(f"{what}: {why}")
         self.notes[wl.name] = why
         return 0
+
+
+def host_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _in_turn(works: list[Callable[[], None]], last: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One callable doing ``works`` then ``last``, or None where there is nothing to do."""
+    todo = [*works, *([last] if last is not None else [])]
+    if not todo:
+        return None
+
+    def run_all() -> None:
+        for work in todo:
+            work()
+
+    return run_all
+
+
+def _rejoined(
+    whole: list[ProbeResult], partial: list[ProbeResult], timed: list[ProbeResult], workload: str
+) -> list[ProbeResult]:
+    """Every per-side result (``whole``) with ``workload``'s as its timing step left them
+    (``timed``, which began from ``partial``: samples joined, timing results added), and any of
+    ``workload``'s that ended later (a follow-up)."""
+    began = {id(r) for r in partial}
+    later = [r for r in whole if r.workload == workload and id(r) not in began]
+    return [r for r in whole if r.workload != workload] + [r for r in timed if r.workload == workload] + later
 
 
 def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | None:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ReviewFn, fast_config, model_tree, write_tree
+from conftest import MODEL, ReviewFn, fast_config, model_tree, write_tree
 
 from perfcheck.config import CompileConfig, parse_config
 from perfcheck.core.compare import compare
@@ -291,6 +291,35 @@ def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_se
     assert "waiting beside" in steps["base ⇄ head · twin · timing"].parts_s
     assert "waiting beside" not in steps["base ⇄ head · net · timing"].parts_s
     assert steps["base ⇄ head · net · timing"].parts_s.get("compile latency", 0.0) == 0
+
+
+def test_the_first_timed_workloads_workers_set_up_while_the_last_per_side_probes_run(
+    tmp_path: Path, review: ReviewFn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With several slots and the cores for it (here told so), the workload whose per-side probes
+    are done first is timed first: its workers set up while the slow workload's probes still run,
+    and its pairs wait for them; every probe's result is in the review all the same."""
+    from perfcheck.runner import orchestrate
+
+    monkeypatch.setattr(orchestrate, "host_cores", lambda: 16)
+    slow = MODEL.replace("def build(device):\n", "def build(device):\n    import time\n\n    time.sleep(6)\n")
+    files = {"model.py": MODEL.replace("{change}", "pass"), "slow.py": slow.replace("{change}", "pass")}
+    config = parse_config(
+        "workloads:\n  - {name: slow, entry: slow.py:build}\n  - {name: quick, entry: model.py:build}\n"
+        "compile: {backend: aot_eager, measure: 'off'}\n",
+        "two.yml",
+    )
+    result = review(
+        write_tree(tmp_path / "base", files), write_tree(tmp_path / "head", files), config,
+        probes=("compile", "timing"), jobs=2,
+    )  # fmt: skip
+    assert not result.findings
+    steps = {s.step: s for c in result.costs for s in c.steps}
+    assert "waiting beside" in steps["base ⇄ head · quick · timing"].parts_s  # set up beside slow's
+    assert "waiting beside" not in steps["base ⇄ head · slow · timing"].parts_s
+    for workload in result.workloads:
+        for side in (workload.base, workload.head):
+            assert sorted(r.probe for r in side) == ["compile", "timing"], workload.name
 
 
 def test_without_timing_the_compile_probe_makes_the_cold_compiles(
