@@ -15,23 +15,9 @@ from dataclasses import dataclass, field
 
 from perfcheck.bisect_schema import BisectDoc, Commit
 from perfcheck.core.markdown import cell, code
+from perfcheck.core.matrix import known
 from perfcheck.schema import Finding
 
-# Measured findings need the gate's statistics at every step; these bisect only on request.
-MEASURED = frozenset(
-    {
-        "throughput_regression",
-        "host_overhead_regression",
-        "memory_regression",
-        "compile_latency_regression",
-        "environment_mismatch",
-        "kernel_mix_changed",
-        "fsdp_overlap_drop",
-        "ddp_overlap_drop",
-    }
-)
-# Not a property of the code at one commit: a probe that broke is looked at in its log.
-UNBISECTABLE = frozenset({"probe_crashed", "probe_timeout"})
 # The measured findings a search can decide at a commit: the timing probe's, by the gate's own
 # paired runs of base against that commit (--timing, bisect.timing). The rest stay listed.
 TIMED_PROBE = "timing"
@@ -56,7 +42,7 @@ def targets(f: Finding) -> list[Target]:
     category and where. Line numbers never: earlier commits move lines."""
     where = f.location.code if f.location and f.location.code else ""
     ev = f.evidence
-    if f.category in MEASURED:
+    if nature(f) == "measured":
         # A measured change has no identity beyond what and where: its figures differ everywhere.
         return [
             Target(
@@ -85,14 +71,21 @@ def targets(f: Finding) -> list[Target]:
     ]
 
 
+def nature(f: Finding) -> str:
+    """What ``f`` is to a search, as its category's matrix entry says (``nature``): structural,
+    measured or process. A category with no entry is looked at in its log, never searched."""
+    entry = known().get(f.category)
+    return entry.nature if entry is not None else "process"
+
+
 def bisectable(f: Finding) -> bool:
     """Structural findings: exact at any commit, so one probe run says present or absent."""
-    return f.severity != "info" and f.category not in UNBISECTABLE | MEASURED
+    return f.severity != "info" and nature(f) == "structural"
 
 
 def measured(f: Finding) -> bool:
     """Timing-class findings: exact nowhere, so searched only on request (see ``searchable``)."""
-    return f.severity != "info" and f.category in MEASURED
+    return f.severity != "info" and nature(f) == "measured"
 
 
 def searchable(f: Finding, timing: bool) -> bool:

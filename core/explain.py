@@ -10,60 +10,11 @@ findings out.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
+from perfcheck.core.matrix import because, of_role
 from perfcheck.schema import Finding
 
-# What a measured finding can be explained by, and how to name that cause in a sentence.
-EFFECTS = frozenset(
-    {"throughput_regression", "host_overhead_regression", "memory_regression", "compile_latency_regression"}
-)
 SHOWN = 3  # causes named in the message; the evidence keeps them all
-
-
-def _at(f: Finding) -> str:
-    loc = f.location
-    return f" at {loc.path}:{loc.line}" if loc is not None else ""
-
-
-def _break(f: Finding) -> str:
-    return f"the new graph break{_at(f)} ({f.evidence.get('break_type', 'a break')})"
-
-
-def _recompile(f: Finding) -> str:
-    return f"the new recompilation{_at(f)}"
-
-
-def _ir(f: Finding) -> str:
-    reading = f.evidence.get("reading")
-    if reading:
-        return f"the exported graph's change ({reading})"
-    ops = f.evidence.get("op_diff")
-    if isinstance(ops, dict) and ops:
-        # The op names without the aten. prefix and overload: "relu → gelu" reads at a glance.
-        short = {str(op).removeprefix("aten.").removesuffix(".default"): v for op, v in ops.items()}
-        gone = [op for op, (b, h) in short.items() if h < b]
-        new = [op for op, (b, h) in short.items() if h > b]
-        if gone and new and len(gone) + len(new) <= 4:
-            return f"the exported graph's change ({', '.join(gone)} → {', '.join(new)})"
-    return "the exported graph's change"
-
-
-def _amp(f: Finding) -> str:
-    return f"full-precision work under autocast{_at(f)}"
-
-
-def _kernels(f: Finding) -> str:
-    return "the changed kernel mix"
-
-
-CAUSES: dict[str, Callable[[Finding], str]] = {
-    "graph_break_added": _break,
-    "recompile": _recompile,
-    "export_ir_changed": _ir,
-    "amp_fp32_fallback": _amp,
-    "kernel_mix_changed": _kernels,
-}
 
 
 # Root causes and the failures that follow from them: shown under the cause, not counted again.
@@ -156,14 +107,17 @@ def explain(findings: list[Finding]) -> list[Finding]:
     """``findings`` of one workload, each measured one naming the structural findings beside it,
     and what follows from a root cause folded under it."""
     findings = fold(fold_crashes(findings))
-    causes = [CAUSES[f.category](f) for f in findings if f.category in CAUSES]
+    # Which categories are effects and which causes, and how a cause is named, is each category's
+    # own (its matrix entry's `role` and `because`, a plugin's too).
+    causes = [phrase for f in findings if (phrase := because(f))]
     if not causes:
         return findings
+    effects = of_role("effect")
     causes = list(dict.fromkeys(causes))
     named = "; ".join(causes[:SHOWN]) + (f"; and {len(causes) - SHOWN} more" if len(causes) > SHOWN else "")
     out = []
     for f in findings:
-        if f.category in EFFECTS:
+        if f.category in effects:
             f = f.model_copy(
                 update={
                     "message": f"{f.message}; likely from {named}",

@@ -15,15 +15,40 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from jinja2 import ChainableUndefined
+from jinja2 import ChainableUndefined, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.config import MatrixEntry, whole_phrases
 from perfcheck.schema import BUILTIN_CATEGORIES, Finding, Review, categories
+
+# Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
+# evidence, rendered as plain text (every report escapes what it shows).
+_LABELS = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False)
+
+
+def _op_change(op_diff: Any) -> str:
+    """An ``op_diff`` (op -> [base count, head count]) as "relu → gelu": the ops that went, then
+    those that came, without ``aten.`` and ``.default``; "" where there are none of either or more
+    than four in all."""
+    if not isinstance(op_diff, dict):
+        return ""
+    gone, new = [], []
+    for op, counts in op_diff.items():
+        if not (isinstance(counts, (list, tuple)) and len(counts) == 2):
+            return ""
+        name = str(op).removeprefix("aten.").removesuffix(".default")
+        if counts[1] < counts[0]:
+            gone.append(name)
+        elif counts[1] > counts[0]:
+            new.append(name)
+    return f"{', '.join(gone)} → {', '.join(new)}" if gone and new and len(gone) + len(new) <= 4 else ""
+
+
+_LABELS.filters["op_change"] = _op_change
 
 
 class _Data(BaseModel):
@@ -61,8 +86,26 @@ class ProbeEntry(_Data):
     rules: list[Rule] | None = None
 
 
+# What a finding of a category is to a search through commits (core/bisect.py): structural, exact
+# at any commit (one probe run says present or absent); measured, a figure the gate's statistics
+# decide (searched only on request, with paired runs); process, a probe's process that broke (its
+# log says why; never searched).
+Nature = Literal["structural", "measured", "process"]
+# What it is to the other findings of its workload (core/explain.py): an effect, a measured change
+# that a structural finding of the same review may explain; a cause, a structural change that may
+# explain one (``because`` says it in a phrase); or neither.
+Role = Literal["effect", "cause", "neither"]
+
+
 class Entry(_Data):
     title: str = Field(min_length=1, description="the finding's heading in every report")
+    nature: Nature = Field(description="structural, measured or process: how bisect treats it")
+    role: Role = Field(description="effect, cause or neither: how explain reads it beside the others")
+    because: str | None = Field(
+        default=None,
+        description="for a cause: the phrase that names it in an effect's message, a Jinja template "
+        "over the finding's `evidence` and `at` (' at path:line' where it has a location)",
+    )
     symptom: Phrase
     causes: list[Phrase] = Field(min_length=1)
     verify: list[Phrase] = Field(min_length=1)
@@ -72,6 +115,17 @@ class Entry(_Data):
     probes: dict[str, ProbeEntry] = Field(
         default={}, description="probe name -> the entry as that probe raises the category"
     )
+
+    @model_validator(mode="after")
+    def _cause_says_why(self) -> Entry:
+        if (self.role == "cause") != (self.because is not None):
+            raise ValueError("`because` is given exactly where role is cause")
+        if self.because is not None:
+            try:  # a template that does not parse fails here, at load
+                _LABELS.from_string(self.because)
+            except TemplateSyntaxError as err:
+                raise ValueError(f"`because` is no template: {err.message}") from None
+        return self
 
     def for_probe(self, probe: str) -> Entry:
         """The entry for a finding ``probe`` raised: its own fields where it has some."""
@@ -93,7 +147,7 @@ def _validated(model: type[_Data], category: str, body: Any, source: str) -> Any
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         msg = str(first["msg"]).removeprefix("Value error, ")
-        raise MatrixError(f"{source}: {category}.{where}: {msg}") from None
+        raise MatrixError(f"{source}: {category}{'.' + where if where else ''}: {msg}") from None
 
 
 def parse_matrix(text: str, source: str) -> dict[str, Entry]:
@@ -153,6 +207,9 @@ def _on_top(category: str, base: Entry | None, own: MatrixEntry) -> Entry:
         raise MatrixError(f"matrix.{category}: a new category entry needs causes and verify")
     return Entry(
         title=base.title if base else category.replace("_", " "),
+        nature=base.nature if base else "structural",
+        role=base.role if base else "neither",
+        because=base.because if base else None,
         details=base.details if base else [],
         symptom=symptom,
         causes=causes,
@@ -325,12 +382,30 @@ class Detail:
     lang: str
 
 
-_LABELS = SandboxedEnvironment(undefined=ChainableUndefined, autoescape=False)
-
-
 def title(category: str, matrix: dict[str, Entry] | None = None) -> str:
     entry = (matrix if matrix is not None else known()).get(category)
     return entry.title if entry is not None else category.replace("_", " ")
+
+
+def of_nature(nature: Nature) -> frozenset[str]:
+    """The categories known now (built-in and plugins') of this nature."""
+    return frozenset(c for c, e in known().items() if e.nature == nature)
+
+
+def of_role(role: Role) -> frozenset[str]:
+    """The categories known now (built-in and plugins') with this role."""
+    return frozenset(c for c, e in known().items() if e.role == role)
+
+
+def because(finding: Finding) -> str | None:
+    """The phrase naming ``finding`` as the likely cause of a measured one, where its category is
+    a cause."""
+    entry = known().get(finding.category)
+    if entry is None or entry.because is None:
+        return None
+    loc = finding.location
+    at = f" at {loc.path}:{loc.line}" if loc is not None else ""
+    return _LABELS.from_string(entry.because).render(evidence=finding.evidence, at=at).strip()
 
 
 def details(finding: Finding, matrix: dict[str, Entry] | None = None) -> list[Detail]:

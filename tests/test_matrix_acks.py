@@ -79,7 +79,29 @@ def test_a_project_adds_its_own_cause_first() -> None:
 
 def test_bad_matrix_data_is_refused_clearly() -> None:
     with pytest.raises(MatrixError, match=r"recompile\.causes"):
-        parse_matrix("recompile: {title: t, symptom: s, causes: [], verify: [x]}", "m.yml")
+        parse_matrix(
+            "recompile: {title: t, nature: structural, role: neither, symptom: s, causes: [], verify: [x]}",
+            "m.yml",
+        )
+    # Every category says what it is to bisect and to explain; a cause says how it is named.
+    with pytest.raises(MatrixError, match=r"recompile\.nature: Field required"):
+        parse_matrix("recompile: {title: t, role: neither, symptom: s, causes: [a], verify: [x]}", "m.yml")
+    with pytest.raises(MatrixError, match=r"recompile\.nature: Input should be 'structural', 'measured' or"):
+        parse_matrix(
+            "recompile: {title: t, nature: timed, role: neither, symptom: s, causes: [a], verify: [x]}",
+            "m.yml",
+        )
+    with pytest.raises(MatrixError, match="`because` is given exactly where role is cause"):
+        parse_matrix(
+            "recompile: {title: t, nature: structural, role: cause, symptom: s, causes: [a], verify: [x]}",
+            "m.yml",
+        )
+    with pytest.raises(MatrixError, match="recompile: `because` is no template"):
+        parse_matrix(
+            "recompile: {title: t, nature: structural, role: cause, because: 'a {{ at', symptom: s, "
+            "causes: [a], verify: [x]}",
+            "m.yml",
+        )
     with pytest.raises(MatrixError, match="unknown categories nonsense"):
         parse_matrix("nonsense: {symptom: s, causes: [a], verify: [x]}", "m.yml")
     with pytest.raises(ConfigError, match="matrix: expected finding categories"):
@@ -89,11 +111,13 @@ def test_bad_matrix_data_is_refused_clearly() -> None:
 # core/matrix.yml's collective_drift once read like this: YAML splits an inline list at every
 # comma, the one inside the parentheses too, so the comment showed the cause "DDP's buckets
 # re-split (parameter order" and a bullet "sizes or dtypes changed)".
+# A plain entry's first fields: what every category says.
+PLAIN = "title: t, nature: structural, role: neither, symptom: s"
 SPLIT = "[DDP's buckets re-split (parameter order, sizes or dtypes changed), a collective moved]"
 
 
 def test_a_cause_yaml_split_at_a_comma_is_refused_wherever_an_entry_comes_from() -> None:
-    entry = f"collective_drift: {{title: t, symptom: s, causes: {SPLIT}, verify: [x]}}"
+    entry = f"collective_drift: {{{PLAIN}, causes: {SPLIT}, verify: [x]}}"
     assert len(yaml.safe_load(entry)["collective_drift"]["causes"]) == 3  # what YAML makes of it
     with pytest.raises(
         MatrixError, match=r"collective_drift\.causes\.0: one cause or command per item; .*opens '\('"
@@ -102,12 +126,14 @@ def test_a_cause_yaml_split_at_a_comma_is_refused_wherever_an_entry_comes_from()
     # A command split the same way, a rule's cause, a probe's own entry, a project's own entry.
     with pytest.raises(MatrixError, match=r"recompile\.verify\.0: .*opens '\('"):
         parse_matrix(
-            "recompile: {title: t, symptom: s, causes: [c], verify: [perfcheck review (a, b)]}", "m.yml"
+            f"recompile: {{{PLAIN}, causes: [c], verify: [perfcheck review (a, b)]}}",
+            "m.yml",
         )
     rule = "{when: {a: b}, cause: '`x'}"
     with pytest.raises(MatrixError, match=r"recompile\.rules\.0\.cause: .*backtick"):
         parse_matrix(
-            f"recompile: {{title: t, symptom: s, causes: [c], verify: [v], rules: [{rule}]}}", "m.yml"
+            f"recompile: {{{PLAIN}, causes: [c], verify: [v], rules: [{rule}]}}",
+            "m.yml",
         )
     with pytest.raises(MatrixError, match=r"probe p: collective_drift\.causes\.0: .*opens '\('"):
         register_probe_entries("p", {"collective_drift": {"causes": yaml.safe_load(SPLIT)}}, "probe p")
@@ -115,7 +141,7 @@ def test_a_cause_yaml_split_at_a_comma_is_refused_wherever_an_entry_comes_from()
         parse_config(f"matrix:\n  collective_drift:\n    causes: {SPLIT}\n", "p.yml")
     # Written one per line, the same cause is one cause.
     whole = parse_matrix(
-        "collective_drift:\n  title: t\n  symptom: s\n  causes:\n"
+        "collective_drift:\n  title: t\n  nature: structural\n  role: neither\n  symptom: s\n  causes:\n"
         "    - DDP's buckets re-split (parameter order, sizes or dtypes changed)\n  verify: [x]\n",
         "m.yml",
     )

@@ -162,8 +162,75 @@ def test_a_plugin_cannot_take_a_built_in_name_or_category() -> None:
     with pytest.raises(ValueError, match="categories graph_break_added exist already"):
         probes.register(replace(PROBE, name="toy2", categories={"graph_break_added": {}}))
     with pytest.raises(ValueError, match=r"probe toy3: toy3_x\.causes: Field required"):
-        probes.register(replace(PROBE, name="toy3", categories={"toy3_x": {"title": "t", "symptom": "s"}}))
-    assert "toy2" not in probes.names() and "toy3" not in probes.names()
+        probes.register(
+            replace(
+                PROBE,
+                name="toy3",
+                categories={
+                    "toy3_x": {"title": "t", "nature": "structural", "role": "neither", "symptom": "s"}
+                },
+            )
+        )
+    # What bisect and explain read of a category is the plugin's to say, as for every built-in one.
+    with pytest.raises(ValueError, match=r"probe toy4: toy4_x\.nature: Field required"):
+        entry = {"title": "t", "role": "neither", "symptom": "s", "causes": ["c"], "verify": ["v"]}
+        probes.register(replace(PROBE, name="toy4", categories={"toy4_x": entry}))
+    assert not {"toy2", "toy3", "toy4"} & set(probes.names())
+
+
+@pytest.mark.usefixtures("registries")
+def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -> None:
+    """Bisect and explain name no category: they read each one's `nature` and `role` (and a
+    cause's `because`), from the built-in matrix and from every probe's descriptor alike."""
+    from dataclasses import replace
+
+    from toyplugin.probe import PROBE
+
+    from perfcheck.core import bisect, explain, probes
+    from perfcheck.core.matrix import because, known
+    from perfcheck.schema import Finding, SourceLocation, categories
+
+    def finding(category: str, **evidence: object) -> Finding:
+        where = SourceLocation(path="model.py", line=3)
+        return Finding(
+            category=category, severity="error", workload="w", probe="p", message="m", location=where,
+            evidence=evidence,
+        )  # fmt: skip
+
+    entry = {"title": "t", "symptom": "s", "causes": ["c"], "verify": ["v"]}
+    probes.register(
+        replace(
+            PROBE,
+            name="toy5",
+            categories={
+                "toy5_wider": {
+                    **entry,
+                    "nature": "structural",
+                    "role": "cause",
+                    "because": "the wider layer{{ at }}",
+                },
+                "toy5_slower": {**entry, "nature": "measured", "role": "effect"},
+            },
+        )
+    )
+    for category in {*categories(), *(c for k in probes.kinds() for c in k.raised())}:
+        kind = known()[category]  # every category has an entry, and every entry each property
+        assert kind.nature in ("structural", "measured", "process") and kind.role in (
+            "effect",
+            "cause",
+            "neither",
+        )
+        if kind.role == "cause":
+            assert because(finding(category, break_type="print", reading="sdpa lost")), category
+    # The plugin's cause explains a built-in effect, and its effect is explained by a built-in cause.
+    wider, slower = finding("toy5_wider"), finding("toy5_slower")
+    [_, slow] = explain.explain([wider, finding("throughput_regression")])
+    assert slow.message.endswith("likely from the wider layer at model.py:3")
+    [_, slow] = explain.explain([finding("graph_break_added", break_type="print"), slower])
+    assert "likely from the new graph break at model.py:3 (print)" in slow.message
+    assert bisect.bisectable(wider) and not bisect.measured(wider)
+    assert bisect.measured(slower) and not bisect.bisectable(slower)
+    assert not bisect.bisectable(finding("probe_crashed")) and not bisect.measured(finding("probe_crashed"))
 
 
 def test_the_cli_refuses_a_bad_plugin_before_any_probe_runs(tmp_path: Path) -> None:

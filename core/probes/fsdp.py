@@ -725,6 +725,8 @@ PROBE = ProbeKind(
     categories={
         "graph_reuse_lost": {
             "title": "Identical layers no longer share a compiled graph",
+            "nature": "structural",
+            "role": "neither",
             "details": [{"field": "guard", "label": "The guard that made another graph"}],
             "symptom": "Dynamo compiles more graphs for the same layers than base: N identical layers "
             "used to be served by one graph.",
@@ -749,6 +751,8 @@ PROBE = ProbeKind(
         },
         "dtensor_layout_changed": {
             "title": "DTensor layout changed",
+            "nature": "structural",
+            "role": "neither",
             "details": [
                 {"field": "unit_changes", "label": "FSDP units grouped or run differently"},
                 {"field": "changes", "label": "Parameters laid out differently"},
@@ -793,6 +797,8 @@ PROBE = ProbeKind(
         },
         "fsdp_overlap_drop": {
             "title": "Less FSDP communication hidden behind compute",
+            "nature": "measured",
+            "role": "neither",
             "symptom": "less of FSDP's all-gather and reduce-scatter time runs while compute does.",
             "causes": [
                 "prefetch lost: a unit's all-gather now waits for the layer before it",

@@ -74,6 +74,8 @@ PROBE = ProbeKind(
     categories={
         "toy_parameters_grew": {
             "title": "Parameter count grew",
+            "nature": "structural",  # exact at any commit: bisect looks for it
+            "role": "neither",
             "details": [{"field": "limit", "label": "Allowed growth"}],
             "symptom": "the model holds more parameters than base, beyond `toy.max_growth_pct`.",
             "causes": ["a layer was widened or added"],
