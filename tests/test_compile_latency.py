@@ -223,9 +223,12 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
 
 
 # Two workloads of the same model, two samples a side each, timing at its defaults (3 pairs first).
+# What these tests look at is where the work runs, not a tiny step's time on a shared 2-core
+# machine: a throughput budget that such noise cannot reach (a 1 % step once read as a warning).
+LOOSE = "budgets: {max_throughput_regression_pct: 50}\n"
 TWO_WORKLOADS = parse_config(
     "workloads:\n  - {name: net, entry: model.py:build}\n  - {name: twin, entry: model.py:build}\n"
-    "compile: {backend: aot_eager, measure: wall, runs: 2}\n",
+    "compile: {backend: aot_eager, measure: wall, runs: 2}\n" + LOOSE,
     "two.yml",
 )
 
@@ -306,7 +309,7 @@ def test_the_first_timed_workloads_workers_set_up_while_the_last_per_side_probes
     files = {"model.py": MODEL.replace("{change}", "pass"), "slow.py": slow.replace("{change}", "pass")}
     config = parse_config(
         "workloads:\n  - {name: slow, entry: slow.py:build}\n  - {name: quick, entry: model.py:build}\n"
-        "compile: {backend: aot_eager, measure: 'off'}\n",
+        "compile: {backend: aot_eager, measure: 'off'}\n" + LOOSE,
         "two.yml",
     )
     result = review(

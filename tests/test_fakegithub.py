@@ -390,6 +390,7 @@ def test_every_route_answers_within_the_description(fake: FakeGitHub) -> None:
     for method, path, body in [
         ("GET", f"/repos/{REPO}/pulls/5", None),
         ("GET", f"/repos/{REPO}/pulls/5/files", None),
+        ("GET", f"/repos/{REPO}/pulls/5/commits", None),
         ("GET", f"/repos/{REPO}/issues/5", None),
         ("GET", f"/repos/{REPO}/commits/{HEAD}", None),
         ("GET", f"/repos/{REPO}/commits/{HEAD}/pulls", None),

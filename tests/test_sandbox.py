@@ -18,7 +18,7 @@ from hostile_head import ATTACKS, HOSTILE, attacks_in
 from perfcheck import preflight
 from perfcheck.runner import orchestrate, sandbox
 from perfcheck.runner.forkserver import DISABLE_ENV as FORKSERVER_ENV
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.orchestrate import SHARED_CACHE_ENV, interpreter_folders
 
 needs_sandbox = pytest.mark.skipif(
     sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"
@@ -63,6 +63,12 @@ def test_head_cannot_touch_base_perfcheck_caches_or_the_orchestrator(
     assert all(r.status == "ok" for wl in result.workloads for r in [*wl.base, *wl.head])
 
 
+def _interpreter() -> list[str]:
+    """What this interpreter needs to be seen inside a sandbox: its folders, as a review's walls
+    list them (a checkout under /tmp, whose /tmp the sandbox replaces, is then still seen)."""
+    return [str(p) for p in interpreter_folders(sys.executable)]
+
+
 @needs_sandbox
 def test_heads_copy_of_bases_cache_is_where_bases_is_and_base_keeps_its_own(tmp_path: Path) -> None:
     """Cache entries name the folder they were compiled in (Triton's groups, a kernel's autotuning
@@ -78,7 +84,7 @@ def test_heads_copy_of_bases_cache_is_where_bases_is_and_base_keeps_its_own(tmp_
             "scratch": str(scratch),
             "writable": [],
             "hidden": [],
-            "visible": [],
+            "visible": _interpreter(),
             "moved": [[str(copy), str(cache)]],
         }
     )
@@ -112,7 +118,7 @@ def test_a_sandboxed_process_sees_its_own_tree_and_writes_only_its_own_folders(t
             "scratch": str(scratch),
             "writable": [str(cache)],
             "hidden": [str(other)],
-            "visible": [str(own), "/tmp"],
+            "visible": [str(own), "/tmp", *_interpreter()],
         }
     )
     script = f"""
