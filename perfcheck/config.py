@@ -652,7 +652,7 @@ def _plugin_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
     loaded = []
     for i, name in enumerate(names):
         try:
-            loaded.append(plugins.load(name))
+            loaded.append(plugins.load(name, reserved=frozenset(Config.model_fields)))
         except plugins.PluginError as err:
             raise ConfigError(f"{source}: plugins[{i}]: {err}") from None
     from perfcheck.core import probes

@@ -24,9 +24,10 @@ class PluginError(ValueError):
     """A plugin that cannot be used; the message is meant for the user as it stands."""
 
 
-def load(module: str) -> ProbeKind:
-    """Import ``module`` and register its probe (loading one twice is harmless)."""
-    from perfcheck.config import Config
+def load(module: str, reserved: frozenset[str] = frozenset()) -> ProbeKind:
+    """Import ``module`` and register its probe (loading one twice is harmless). ``reserved``: the
+    names a probe may not take (the config's own keys, which the config passes: this module
+    imports no config, so that the two do not import each other)."""
     from perfcheck.core import probes
 
     if not _MODULE.match(module):
@@ -44,7 +45,7 @@ def load(module: str) -> ProbeKind:
         raise PluginError(
             f"{module}: PROBE.run: expected 'module:function' of the run function, got {kind.run!r}"
         )
-    if kind.name in Config.model_fields:
+    if kind.name in reserved:
         raise PluginError(f"{module}: probe name {kind.name!r} is a config key of perfcheck's own")
     try:
         probes.register(kind)

@@ -57,6 +57,12 @@ def test_the_shared_contracts_import_no_side_and_no_torch() -> None:
     assert violations(files, banned) == []
 
 
+def test_the_config_and_the_plugins_do_not_import_each_other() -> None:
+    # The config loads the plugins it names (passing the names a probe may not take); the plugin
+    # loader reads nothing of the config.
+    assert violations([ROOT / "perfcheck" / "plugins.py"], ("perfcheck.config",)) == []
+
+
 def test_the_contract_check_sees_a_lazy_import(tmp_path: Path) -> None:
     sneaky = tmp_path / "sneaky.py"
     sneaky.write_text("def f():\n    from perfcheck.bot import publish\n    import torch.nn\n")

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from perfcheck.config import Config
 from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
+
+if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
+    from perfcheck.config import Config
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Compared:
     compile_latency: CompileLatencyChange | None = None
 
 
-Compare = Callable[[str, ProbeResult, ProbeResult, Config], Compared]
+Compare = Callable[[str, ProbeResult, ProbeResult, "Config"], Compared]
 Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
 
 
