@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from perfcheck.bisect_schema import BisectDoc, Commit
 from perfcheck.core.markdown import cell, code
-from perfcheck.core.matrix import known
+from perfcheck.core.matrix import Nature, known
 from perfcheck.schema import Finding
 
 # The measured findings a search can decide at a commit: the timing probe's, by the gate's own
@@ -71,7 +71,7 @@ def targets(f: Finding) -> list[Target]:
     ]
 
 
-def nature(f: Finding) -> str:
+def nature(f: Finding) -> Nature:
     """What ``f`` is to a search, as its category's matrix entry says (``nature``): structural,
     measured or process. A category with no entry is looked at in its log, never searched."""
     entry = known().get(f.category)

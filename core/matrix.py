@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from jinja2 import ChainableUndefined, TemplateSyntaxError
+from jinja2 import ChainableUndefined, Template, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -49,6 +49,12 @@ def _op_change(op_diff: Any) -> str:
 
 
 _LABELS.filters["op_change"] = _op_change
+
+
+@cache
+def _template(text: str) -> Template:
+    """An entry's label or phrase, compiled once: the same few are rendered for every finding."""
+    return _LABELS.from_string(text)
 
 
 class _Data(BaseModel):
@@ -122,7 +128,7 @@ class Entry(_Data):
             raise ValueError("`because` is given exactly where role is cause")
         if self.because is not None:
             try:  # a template that does not parse fails here, at load
-                _LABELS.from_string(self.because)
+                _template(self.because)
             except TemplateSyntaxError as err:
                 raise ValueError(f"`because` is no template: {err.message}") from None
         return self
@@ -387,11 +393,6 @@ def title(category: str, matrix: dict[str, Entry] | None = None) -> str:
     return entry.title if entry is not None else category.replace("_", " ")
 
 
-def of_nature(nature: Nature) -> frozenset[str]:
-    """The categories known now (built-in and plugins') of this nature."""
-    return frozenset(c for c, e in known().items() if e.nature == nature)
-
-
 def of_role(role: Role) -> frozenset[str]:
     """The categories known now (built-in and plugins') with this role."""
     return frozenset(c for c, e in known().items() if e.role == role)
@@ -405,7 +406,7 @@ def because(finding: Finding) -> str | None:
         return None
     loc = finding.location
     at = f" at {loc.path}:{loc.line}" if loc is not None else ""
-    return _LABELS.from_string(entry.because).render(evidence=finding.evidence, at=at).strip()
+    return _template(entry.because).render(evidence=finding.evidence, at=at).strip()
 
 
 def details(finding: Finding, matrix: dict[str, Entry] | None = None) -> list[Detail]:
@@ -415,6 +416,6 @@ def details(finding: Finding, matrix: dict[str, Entry] | None = None) -> list[De
     for d in entry.details if entry is not None else []:
         value = finding.evidence.get(d.field)
         if isinstance(value, str) and value.strip():
-            label = _LABELS.from_string(d.label).render(evidence=finding.evidence)
+            label = _template(d.label).render(evidence=finding.evidence)
             out.append(Detail(label, value, d.lang))
     return out

@@ -307,13 +307,12 @@ def _preimport() -> str | None:
     load_builtin()
     if torch.cuda.is_initialized() or _cuda_driver_initialized():
         return "CUDA was initialized while importing; a child forked now could not use CUDA"
-    gpus = torch.cuda.device_count()  # through NVML (NVML_CHECK), which initializes nothing
-    if not gpus:
+    # The CPU compile not where a GPU is: on the H200 it initialized CUDA's driver
+    # (bench/cuda_fork.py) and took 48-57 s, which every probe waits for.
+    if not torch.cuda.device_count():  # through NVML (NVML_CHECK), which initializes nothing
         _first_compile()
     _release_nvml()
-    # Not where a GPU is: on the H200 the CPU compile initialized CUDA's driver (bench/cuda_fork.py)
-    # and took 48-57 s, which every probe waits for. Checked again: where NVML cannot answer, the
-    # count asks CUDA itself.
+    # Checked again: where NVML cannot answer, the count asks CUDA itself.
     if _cuda_driver_initialized():
         return "CUDA was initialized while warming up; a child forked now could not use CUDA"
     return None
