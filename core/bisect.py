@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from perfcheck.bisect_schema import BisectDoc, Commit
 from perfcheck.core.markdown import cell, code
-from perfcheck.core.matrix import Nature, known
+from perfcheck.core.matrix import Nature, known, render
 from perfcheck.schema import Finding
 
 # The measured findings a search can decide at a commit: the timing probe's, by the gate's own
@@ -53,15 +53,19 @@ def targets(f: Finding) -> list[Target]:
     def one(what: str, label: str) -> Target:
         return Target(f"{f.category}|{f.workload}|{what}", label, f.category, f.workload, f.probe)
 
-    if f.category == "export_ir_changed" and isinstance(ev.get("op_diff"), dict) and ev["op_diff"]:
-        return [
-            one(f"op={op}", f"exported IR: {op} {counts[0]} → {counts[1]}")
-            for op, counts in sorted(ev["op_diff"].items())
-            if isinstance(counts, list | tuple) and len(counts) == 2
-        ]
-    if f.category in ("graph_break_added", "amp_fp32_fallback"):
-        kind = str(ev.get("break_type", ""))[:200]
-        return [one(f"{kind}|{where}", f"{f.message.splitlines()[0][:160]}")]
+    # Where the category's matrix entry says what tells its findings apart (``identity``).
+    entry = known().get(f.category)
+    identity = entry.identity if entry is not None else None
+    if identity is not None and identity.each is not None and identity.label is not None:
+        each = ev.get(identity.each)
+        if isinstance(each, dict) and each:
+            return [
+                one(f"{identity.named}={key}", render(identity.label, key=key, value=value))
+                for key, value in sorted(each.items())
+            ]
+    if identity is not None and identity.by is not None:
+        said = [str(ev.get(name, ""))[:200] for name in identity.by]
+        return [one("|".join([*said, where]), f.message.splitlines()[0][:160])]
     for field_name in ("op", "guard_expression", "parameter", "code"):
         if field_name in ev:
             return [one(f"{field_name}={ev[field_name]}", f.message.splitlines()[0][:160])]

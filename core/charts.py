@@ -15,6 +15,7 @@ from html import escape
 from typing import Any
 
 from perfcheck.core.markdown import visible
+from perfcheck.core.matrix import of_chart
 from perfcheck.core.timing_gate import throughput_figures
 from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
@@ -114,11 +115,13 @@ def _from_traces(base: TraceMetrics, head: TraceMetrics) -> list[KernelDelta]:
 
 
 def kernel_deltas(review: Review) -> dict[str, list[KernelDelta]]:
-    """Per workload, the kernel time changes, largest first: the kernel_mix_changed finding's
-    evidence where there is one (it is what the review reported), else the profile traces."""
+    """Per workload, the kernel time changes, largest first: the evidence of a finding whose
+    category feeds this chart (the profile's kernel mix) where there is one (it is what the review
+    reported), else the profile traces."""
     out: dict[str, list[KernelDelta]] = {}
+    feeding = of_chart("kernel_deltas")
     for f in review.findings:
-        if f.category == "kernel_mix_changed":
+        if f.category in feeding:
             deltas = _from_evidence(f.evidence)
             if deltas:
                 out.setdefault(f.workload, deltas)
@@ -151,11 +154,13 @@ def breakdowns(review: Review) -> dict[str, tuple[Split | None, Split | None]]:
 
 
 def break_counts(review: Review) -> dict[tuple[str, str], int]:
-    """(workload, break type) -> graph_break_added findings of this review: the heatmap's input when
-    there is no history store. Findings are counted, not break sites, as the history store counts."""
+    """(workload, break type) -> the findings of this review whose category feeds the heatmap (new
+    graph breaks): its input when there is no history store. Findings are counted, not break
+    sites, as the history store counts."""
     out: dict[tuple[str, str], int] = {}
+    feeding = of_chart("break_heatmap")
     for f in review.findings:
-        if f.category != "graph_break_added":
+        if f.category not in feeding:
             continue
         kind = f.evidence.get("break_type")
         key = (f.workload, kind if isinstance(kind, str) and kind else UNKNOWN_BREAK)

@@ -11,41 +11,36 @@ from __future__ import annotations
 
 import re
 
-from perfcheck.core.matrix import because, of_role
+from perfcheck.core.matrix import Folds, because, known, matches, of_role, title
 from perfcheck.schema import Finding
 
 SHOWN = 3  # causes named in the message; the evidence keeps them all
 
 
-# Root causes and the failures that follow from them: shown under the cause, not counted again.
-# A custom op whose fake (meta) kernel disagrees with the real one makes tracing see wrong shapes,
-# so torch.compile and torch.export fail a line or two later, in the user's code or inside torch.
-FOLDS: dict[str, tuple[str, ...]] = {"custom_op_check_failed": ("compile_failed", "export_failed")}
-TRACERS = {"compile_failed": "torch.compile", "export_failed": "torch.export"}
-
-
-def _root(f: Finding) -> bool:
-    """Whether ``f`` is a root cause its FOLDS follow from: a fake-kernel check that fails anew."""
-    from perfcheck.core.probes.custom_ops import fake_check
-
-    return f.severity == "error" and fake_check(str(f.evidence.get("check", "")))
+def _root(f: Finding) -> Folds | None:
+    """What follows from ``f`` where it is a root cause (an error whose evidence its category's
+    ``folds`` names: a custom op's fake kernel that disagrees with the real one makes tracing see
+    wrong shapes, so torch.compile and torch.export fail a line or two later)."""
+    entry = known().get(f.category)
+    folds = entry.folds if entry is not None else None
+    if folds is None or f.severity != "error" or not any(matches(w, f.evidence) for w in folds.when):
+        return None
+    return folds
 
 
 def fold(findings: list[Finding]) -> list[Finding]:
     """``findings`` with the failures that follow from a root cause moved under it."""
-    roots = [f for f in findings if f.category in FOLDS and _root(f)]
+    roots = [(f, folds) for f in findings if (folds := _root(f)) is not None]
     if not roots:
         return findings
-    root = roots[0]
-    follow = [f for f in findings if f.category in FOLDS[root.category] and f.severity == "error"]
+    root, folds = roots[0]
+    follow = [f for f in findings if f.category in folds.categories and f.severity == "error"]
     if not follow:
         return findings
     words = ", ".join(
-        f"{TRACERS.get(f.category, f.category)} fails"
-        + (f" at {f.location.path}:{f.location.line}" if f.location else "")
-        for f in follow
+        title(f.category) + (f" at {f.location.path}:{f.location.line}" if f.location else "") for f in follow
     )
-    ops = ", ".join(dict.fromkeys(str(r.evidence.get("op", "")) for r in roots))
+    ops = ", ".join(dict.fromkeys(str(r.evidence.get("op", "")) for r, _ in roots))
     out = []
     for f in findings:
         if f in follow:

@@ -310,13 +310,18 @@ UNKNOWN_BREAK = "(unknown)"
 
 
 def break_heatmap(conn: sqlite3.Connection, limit_reviews: int) -> dict[tuple[str, str], int]:
-    """(workload, graph-break type) -> graph_break_added findings over the last ``limit_reviews`` reviews."""
+    """(workload, graph-break type) -> the findings over the last ``limit_reviews`` reviews whose
+    category feeds the heatmap (its matrix entry's ``chart``: new graph breaks)."""
+    from perfcheck.core.matrix import of_chart  # the matrix's data, read only where a chart is drawn
+
+    feeding = sorted(of_chart("break_heatmap"))
+    marks = ", ".join("?" * len(feeding))
     rows = conn.execute(
-        """SELECT f.workload, COALESCE(f.break_type, ?), COUNT(*)
+        f"""SELECT f.workload, COALESCE(f.break_type, ?), COUNT(*)
            FROM findings f
-           WHERE f.category = 'graph_break_added'
+           WHERE f.category IN ({marks})
              AND f.review_id IN (SELECT id FROM reviews ORDER BY recorded_at DESC, id DESC LIMIT ?)
-           GROUP BY f.workload, COALESCE(f.break_type, ?)""",
-        (UNKNOWN_BREAK, limit_reviews, UNKNOWN_BREAK),
+           GROUP BY f.workload, COALESCE(f.break_type, ?)""",  # the categories as placeholders, never as text
+        (UNKNOWN_BREAK, *feeding, limit_reviews, UNKNOWN_BREAK),
     ).fetchall()
     return {(w, b): int(n) for w, b, n in rows}

@@ -92,6 +92,50 @@ class ProbeEntry(_Data):
     rules: list[Rule] | None = None
 
 
+class Identity(_Data):
+    """How a search through commits (core/bisect.py) tells a finding of the category apart at other
+    commits, where its evidence says more than the default (the first of ``op``,
+    ``guard_expression``, ``parameter`` or ``code`` it has, else its message without numbers)."""
+
+    by: list[str] | None = Field(
+        default=None, description="evidence fields that, with the source text where it is, say what it is"
+    )
+    each: str | None = Field(
+        default=None,
+        description="an evidence mapping whose every key is one thing to look for (two commits can "
+        "each change one)",
+    )
+    named: str = Field(default="key", description="what a key of `each` is, in the search's own keys")
+    label: str | None = Field(
+        default=None, description="for `each`: one key's label, a Jinja template over `key` and `value`"
+    )
+
+    @model_validator(mode="after")
+    def _one_way(self) -> Identity:
+        if (self.by is None) == (self.each is None):
+            raise ValueError("an identity gives exactly one of `by` and `each`")
+        if self.each is not None and self.label is None:
+            raise ValueError("`each` needs a `label`")
+        return self
+
+
+class Folds(_Data):
+    """Failures that follow from a finding of the category (core/explain.py): where one of them is
+    an error beside it, it is shown under this finding and not counted again."""
+
+    categories: list[str] = Field(min_length=1, description="the categories of what follows from it")
+    when: list[dict[str, str]] = Field(
+        min_length=1,
+        description="what makes a finding of it the root cause: any one of these (evidence key -> "
+        "case-insensitive substring of its value)",
+    )
+
+
+# The charts of the reports (core/charts.py) that a category's findings feed: the kernel time
+# changes (its evidence's kernels) and the graph-break heatmap (its evidence's break type).
+Chart = Literal["kernel_deltas", "break_heatmap"]
+
+
 # What a finding of a category is to a search through commits (core/bisect.py): structural, exact
 # at any commit (one probe run says present or absent); measured, a figure the gate's statistics
 # decide (searched only on request, with paired runs); process, a probe's process that broke (its
@@ -112,6 +156,11 @@ class Entry(_Data):
         description="for a cause: the phrase that names it in an effect's message, a Jinja template "
         "over the finding's `evidence` and `at` (' at path:line' where it has a location)",
     )
+    identity: Identity | None = Field(
+        default=None, description="how bisect tells one apart at other commits, where not by default"
+    )
+    folds: Folds | None = Field(default=None, description="the failures that follow from it, if any")
+    chart: Chart | None = Field(default=None, description="the report chart its findings feed, if any")
     symptom: Phrase
     causes: list[Phrase] = Field(min_length=1)
     verify: list[Phrase] = Field(min_length=1)
@@ -126,11 +175,13 @@ class Entry(_Data):
     def _cause_says_why(self) -> Entry:
         if (self.role == "cause") != (self.because is not None):
             raise ValueError("`because` is given exactly where role is cause")
-        if self.because is not None:
-            try:  # a template that does not parse fails here, at load
-                _template(self.because)
-            except TemplateSyntaxError as err:
-                raise ValueError(f"`because` is no template: {err.message}") from None
+        label = self.identity.label if self.identity is not None else None
+        for name, text in (("because", self.because), ("identity.label", label)):
+            if text:
+                try:  # a template that does not parse fails here, at load
+                    _template(text)
+                except TemplateSyntaxError as err:
+                    raise ValueError(f"`{name}` is no template: {err.message}") from None
         return self
 
     def for_probe(self, probe: str) -> Entry:
@@ -216,6 +267,9 @@ def _on_top(category: str, base: Entry | None, own: MatrixEntry) -> Entry:
         nature=base.nature if base else "structural",
         role=base.role if base else "neither",
         because=base.because if base else None,
+        identity=base.identity if base else None,
+        folds=base.folds if base else None,
+        chart=base.chart if base else None,
         details=base.details if base else [],
         symptom=symptom,
         causes=causes,
@@ -252,8 +306,9 @@ class Resolved:
     docs: str | None
 
 
-def _matches(rule: Rule, evidence: dict[str, Any]) -> bool:
-    return all(needle.lower() in str(evidence.get(key, "")).lower() for key, needle in rule.when.items())
+def matches(when: Mapping[str, str], evidence: Mapping[str, Any]) -> bool:
+    """Whether every evidence key of ``when`` holds its substring (case-insensitive)."""
+    return all(needle.lower() in str(evidence.get(key, "")).lower() for key, needle in when.items())
 
 
 @dataclass(frozen=True)
@@ -357,7 +412,7 @@ def resolve(
     if entry is None:
         return None
     entry = entry.for_probe(finding.probe)
-    rule = next((r for r in entry.rules if _matches(r, finding.evidence)), None)
+    rule = next((r for r in entry.rules if matches(r.when, finding.evidence)), None)
     cause = rule.cause if rule else entry.causes[0]
     others = [c for c in entry.causes if c != cause][: 3 if rule else 2]
     filled = [_fill(c, finding, where or Where()) for c in [*(rule.verify if rule else []), *entry.verify]]
@@ -396,6 +451,16 @@ def title(category: str, matrix: dict[str, Entry] | None = None) -> str:
 def of_role(role: Role) -> frozenset[str]:
     """The categories known now (built-in and plugins') with this role."""
     return frozenset(c for c, e in known().items() if e.role == role)
+
+
+def of_chart(chart: Chart) -> frozenset[str]:
+    """The categories known now whose findings feed this chart."""
+    return frozenset(c for c, e in known().items() if e.chart == chart)
+
+
+def render(text: str, **values: Any) -> str:
+    """An entry's label or phrase (a Jinja template) filled in, as plain text."""
+    return _template(text).render(**values).strip()
 
 
 def because(finding: Finding) -> str | None:

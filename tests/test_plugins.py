@@ -180,8 +180,9 @@ def test_a_plugin_cannot_take_a_built_in_name_or_category() -> None:
 
 @pytest.mark.usefixtures("registries")
 def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -> None:
-    """Bisect and explain name no category: they read each one's `nature` and `role` (and a
-    cause's `because`), from the built-in matrix and from every probe's descriptor alike."""
+    """Bisect, explain and the charts name no category: they read each one's `nature` and `role`
+    (and a cause's `because`), `identity`, `folds` and `chart`, from the built-in matrix and from
+    every probe's descriptor alike."""
     from dataclasses import replace
 
     from toyplugin.probe import PROBE
@@ -209,7 +210,16 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
                     "role": "cause",
                     "because": "the wider layer{{ at }}",
                 },
-                "toy5_slower": {**entry, "nature": "measured", "role": "effect"},
+                "toy5_slower": {**entry, "nature": "measured", "role": "effect", "chart": "kernel_deltas"},
+                # A root cause whose evidence says it, and what follows from it; told apart at
+                # other commits by each of its layers.
+                "toy5_bad_init": {
+                    **entry,
+                    "nature": "structural",
+                    "role": "neither",
+                    "folds": {"categories": ["compile_failed"], "when": [{"check": "init"}]},
+                    "identity": {"each": "layers", "named": "layer", "label": "{{ key }}: {{ value }}"},
+                },
             },
         )
     )
@@ -222,6 +232,9 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
         )
         if kind.role == "cause":
             assert because(finding(category, break_type="print", reading="sdpa lost")), category
+        # What follows from it is known; bisect can tell one apart whatever its evidence.
+        assert all(c in known() for c in (kind.folds.categories if kind.folds else [])), category
+        assert bisect.targets(finding(category)), category
     # The plugin's cause explains a built-in effect, and its effect is explained by a built-in cause.
     wider, slower = finding("toy5_wider"), finding("toy5_slower")
     [_, slow] = explain.explain([wider, finding("throughput_regression")])
@@ -230,6 +243,21 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
     assert "likely from the new graph break at model.py:3 (print)" in slow.message
     assert bisect.bisectable(wider) and not bisect.measured(wider)
     assert bisect.measured(slower) and not bisect.bisectable(slower)
+    # What follows from a root cause is folded under it, named by its category's title.
+    root = finding("toy5_bad_init", check="init_weights", layers={"fc1": 2, "fc2": 3})
+    [only] = explain.explain([root, finding("compile_failed")])
+    assert only.category == "toy5_bad_init" and "torch.compile fails at model.py:3" in only.message
+    assert len(explain.explain([finding("toy5_bad_init", check="other"), finding("compile_failed")])) == 2
+    # Bisect looks for each layer apart, labelled by the category's template.
+    assert [(t.key, t.label) for t in bisect.targets(root)] == [
+        ("toy5_bad_init|w|layer=fc1", "fc1: 2"),
+        ("toy5_bad_init|w|layer=fc2", "fc2: 3"),
+    ]
+    # The charts read the category's `chart`, not a category's name.
+    from perfcheck.core.matrix import of_chart
+
+    assert of_chart("kernel_deltas") >= {"toy5_slower", "kernel_mix_changed"}
+    assert of_chart("break_heatmap") == {"graph_break_added"}
     assert not bisect.bisectable(finding("probe_crashed")) and not bisect.measured(finding("probe_crashed"))
 
 
