@@ -36,7 +36,8 @@ head as it was when you commented, or exactly `--sha`
 : the same review, then the first commit of this PR that has each finding; from a fork, approves
 probing every commit of the PR up to that head
 `{PREFIX} ack CATEGORY [WORKLOAD] -- REASON`
-: accept a known change (e.g. `export_ir_changed mlp -- new fused op`), recorded with who, when and the commit
+: accept a known change, recorded with who, when and the commit (a CATEGORY that is none is
+answered with the list of categories)
 `{PREFIX} help`
 : this message"""
 

@@ -23,7 +23,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.config import MatrixEntry, whole_phrases
-from perfcheck.schema import BUILTIN_CATEGORIES, Finding, Review, categories
+from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
 # evidence, rendered as plain text (every report escapes what it shows).
@@ -161,6 +161,11 @@ class Entry(_Data):
     )
     folds: Folds | None = Field(default=None, description="the failures that follow from it, if any")
     chart: Chart | None = Field(default=None, description="the report chart its findings feed, if any")
+    verify_compile_latency: bool = Field(
+        default=False,
+        description="its verify commands' reviews measure compile latency (others run with "
+        "--no-compile-latency: minutes a check of something else does not need)",
+    )
     symptom: Phrase
     causes: list[Phrase] = Field(min_length=1)
     verify: list[Phrase] = Field(min_length=1)
@@ -219,23 +224,25 @@ def parse_matrix(text: str, source: str) -> dict[str, Entry]:
 
 @cache
 def builtin() -> dict[str, Entry]:
-    """perfcheck's own matrix: an entry, a title and its details for every finding category."""
+    """The shared categories' entries (core/matrix.yml): those several probes raise. Each probe's
+    own come with its descriptor (``register_entries``)."""
     path = Path(__file__).with_name("matrix.yml")
     entries = parse_matrix(path.read_text(encoding="utf-8"), str(path))
-    missing = sorted(set(BUILTIN_CATEGORIES) - set(entries))
+    missing = sorted(set(SHARED_CATEGORIES) - set(entries))
     if missing:
         raise MatrixError(f"{path}: no entry for {', '.join(missing)}: every category needs one")
     return entries
 
 
-_PLUGIN_ENTRIES: dict[str, Entry] = {}
+_PROBES_OWN: dict[str, Entry] = {}
 _PROBE_ENTRIES: dict[str, dict[str, ProbeEntry]] = {}  # category -> probe -> its entry
 
 
 def register_entries(entries: dict[str, Any], source: str) -> None:
-    """A plugin probe's entries for its own categories, validated like the built-in ones."""
+    """A probe's entries for its own categories (a built-in's or a plugin's), validated like the
+    shared ones."""
     valid = {category: _validated(Entry, category, body, source) for category, body in entries.items()}
-    _PLUGIN_ENTRIES.update(valid)
+    _PROBES_OWN.update(valid)
 
 
 def register_probe_entries(probe: str, entries: dict[str, Any], source: str) -> None:
@@ -249,7 +256,7 @@ def register_probe_entries(probe: str, entries: dict[str, Any], source: str) -> 
 def known() -> dict[str, Entry]:
     """The built-in matrix and every registered plugin's entries, with each probe's own entries
     for the shared categories it raises."""
-    out = {**builtin(), **_PLUGIN_ENTRIES}
+    out = {**builtin(), **_PROBES_OWN}
     for category, own in _PROBE_ENTRIES.items():
         if category in out:
             out[category] = out[category].model_copy(update={"probes": {**out[category].probes, **own}})
@@ -270,6 +277,7 @@ def _on_top(category: str, base: Entry | None, own: MatrixEntry) -> Entry:
         identity=base.identity if base else None,
         folds=base.folds if base else None,
         chart=base.chart if base else None,
+        verify_compile_latency=base.verify_compile_latency if base else False,
         details=base.details if base else [],
         symptom=symptom,
         causes=causes,
@@ -336,17 +344,17 @@ class Where:
 _RERUN = re.compile(r"(?<![\w./-])(?:python3? -m )?perfcheck (review|trace) ")
 
 
-def _as_run(command: str, finding: Finding, where: Where) -> str:
+def _as_run(command: str, where: Where, latency: bool) -> str:
     """``perfcheck review ...`` as this review's user runs it: the same program, the review's own
     options (--config, --device, interpreters), a folder of its own (``{verify_out}``), and, unless
-    it verifies compile latency, without the compile-latency samples (minutes the check does not
-    need)."""
+    it verifies compile latency (``latency``: its entry's ``verify_compile_latency``), without the
+    compile-latency samples (minutes the check does not need)."""
 
     def rerun(match: re.Match[str]) -> str:
         if match.group(1) == "trace":
             return f"{where.program} trace "
         extra = [*(shlex.quote(a) for a in where.rerun), "--out", "{verify_out}"]
-        if finding.category != "compile_latency_regression":
+        if not latency:
             extra.append("--no-compile-latency")
         return f"{where.program} review {' '.join(extra)} "
 
@@ -359,13 +367,13 @@ def _as_run(command: str, finding: Finding, where: Where) -> str:
     return command
 
 
-def _fill(command: str, finding: Finding, where: Where) -> str | None:
+def _fill(command: str, finding: Finding, where: Where, latency: bool = False) -> str | None:
     """The command with the finding's and the review's values, each quoted for the shell (they
     come from result.json); None when it names a trace the review did not write."""
     traces = where.traces.get(finding.workload)
     if ("{base_trace}" in command or "{head_trace}" in command) and traces is None:
         return None
-    command = _as_run(command, finding, where)
+    command = _as_run(command, where, latency)
     values = {
         "workload": finding.workload,
         "probe": finding.probe,
@@ -415,7 +423,10 @@ def resolve(
     rule = next((r for r in entry.rules if matches(r.when, finding.evidence)), None)
     cause = rule.cause if rule else entry.causes[0]
     others = [c for c in entry.causes if c != cause][: 3 if rule else 2]
-    filled = [_fill(c, finding, where or Where()) for c in [*(rule.verify if rule else []), *entry.verify]]
+    filled = [
+        _fill(c, finding, where or Where(), entry.verify_compile_latency)
+        for c in [*(rule.verify if rule else []), *entry.verify]
+    ]
     verify = [c for c in filled if c is not None]
     return Resolved(entry.symptom, cause, others, list(dict.fromkeys(verify)), _page(finding) or entry.docs)
 

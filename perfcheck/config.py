@@ -261,7 +261,9 @@ class CustomOpsConfig(_Section):
 
 class ProfileConfig(_Section):
     steps: int = Field(default=5, ge=1, description="profiled steps, after warm-up")
-    top_kernels: int = Field(default=10, ge=1, description="kernels listed in a kernel_mix_changed finding")
+    top_kernels: int = Field(
+        default=10, ge=1, description="kernels listed in the profile's finding of a changed kernel mix"
+    )
     min_change_pct: float = Field(
         default=5.0, ge=0, description="per-kernel time change, in % of the step's kernel time, that counts"
     )

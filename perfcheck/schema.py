@@ -25,44 +25,32 @@ from perfcheck.bisect_schema import BisectDoc
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
 SCHEMA_VERSION: Final = 2
 
-# The finding vocabulary of DESIGN.md. Templates, the root-cause matrix and tests key on these.
-Category = Literal[
-    "graph_break_added",
-    "graph_break_removed",
-    "recompile",
-    "export_ir_changed",
-    "export_op_denied",
-    "export_failed",
-    "export_fixed",
-    "amp_fp32_fallback",
-    "throughput_regression",
-    "compile_latency_regression",
-    "memory_regression",
-    "ddp_overlap_drop",
-    "rank_graph_mismatch",
-    "collective_drift",
-    "kernel_mix_changed",
-    "host_overhead_regression",
-    "custom_op_check_failed",
-    "compile_failed",
-    "probe_crashed",
-    "probe_timeout",
-    "environment_mismatch",
-]
-BUILTIN_CATEGORIES: tuple[str, ...] = Category.__args__  # type: ignore[attr-defined]
-_PLUGIN_CATEGORIES: list[str] = []
+# The categories more than one probe raises, whose entries are core/matrix.yml's: a probe's process
+# that crashed or hung (core/compare.py, for any probe) and what the distributed probes share.
+# Every other category is its probe's own, registered with the probe (core/probes).
+SHARED_CATEGORIES = ("probe_crashed", "probe_timeout", "rank_graph_mismatch", "collective_drift")
+_REGISTERED: list[str] = []
 
 
 def register_categories(names: list[str]) -> None:
-    """A plugin probe's own finding categories (core/probes registers them with the probe)."""
+    """A probe's own finding categories (core/probes registers them with the probe)."""
     for name in names:
-        if name not in BUILTIN_CATEGORIES and name not in _PLUGIN_CATEGORIES:
-            _PLUGIN_CATEGORIES.append(name)
+        if name not in SHARED_CATEGORIES and name not in _REGISTERED:
+            _REGISTERED.append(name)
 
 
 def categories() -> tuple[str, ...]:
-    """Every finding category known now: the built-in vocabulary and the plugins'."""
-    return (*BUILTIN_CATEGORIES, *_PLUGIN_CATEGORIES)
+    """Every finding category known now: the shared ones, the built-in probes' and the plugins'."""
+    from perfcheck.core import probes  # noqa: F401 (the built-in probes register theirs as it loads)
+
+    return (*SHARED_CATEGORIES, *_REGISTERED)
+
+
+def builtin_categories() -> tuple[str, ...]:
+    """The shared categories and perfcheck's own probes', not a plugin's."""
+    from perfcheck.core import probes
+
+    return (*SHARED_CATEGORIES, *(c for k in probes.built_in() for c in k.categories))
 
 
 # error fails the check, warning is shown but does not fail, info is neutral or good news.

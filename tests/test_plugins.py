@@ -127,8 +127,8 @@ def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     from perfcheck.core import matrix, probes
 
     monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
-    monkeypatch.setattr(schema, "_PLUGIN_CATEGORIES", list(schema._PLUGIN_CATEGORIES))
-    monkeypatch.setattr(matrix, "_PLUGIN_ENTRIES", dict(matrix._PLUGIN_ENTRIES))
+    monkeypatch.setattr(schema, "_REGISTERED", list(schema._REGISTERED))
+    monkeypatch.setattr(matrix, "_PROBES_OWN", dict(matrix._PROBES_OWN))
     monkeypatch.syspath_prepend(str(TESTS))
 
 

@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
     AmpMetrics,
     AmpOp,
@@ -138,5 +138,5 @@ PROBE = ProbeKind(
     summary="matmul/conv-class ops left in fp32 under autocast, autocast-boundary breaks, fp32 GEMMs",
     compare=compare,
     rows=rows,
-    raises=("amp_fp32_fallback",),
+    categories=entries_beside(__file__),  # amp.yml: its own categories' entries
 )

@@ -8,7 +8,15 @@ from collections import Counter
 
 from perfcheck.config import Config
 from perfcheck.core import compile_latency, deltas
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, settled, status_cell
+from perfcheck.core.probes.kind import (
+    Compared,
+    ProbeKind,
+    Row,
+    entries_beside,
+    rejected_finding,
+    settled,
+    status_cell,
+)
 from perfcheck.schema import (
     CompileLatencyChange,
     CompileMetrics,
@@ -495,11 +503,5 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),  # torch rejecting a side's code is compared too
-    raises=(
-        "graph_break_added",
-        "graph_break_removed",
-        "recompile",
-        "compile_latency_regression",
-        "compile_failed",
-    ),
+    categories=entries_beside(__file__),  # compile.yml: its own categories' entries
 )

@@ -7,7 +7,7 @@ way on both sides is old news, still shown so it is not forgotten (warning).
 from __future__ import annotations
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
@@ -94,5 +94,5 @@ PROBE = ProbeKind(
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
     compare=compare,
     rows=rows,
-    raises=("custom_op_check_failed",),
+    categories=entries_beside(__file__),  # custom_ops.yml: its own categories' entries
 )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
 
 
@@ -157,5 +157,6 @@ PROBE = ProbeKind(
     summary="DDP under torchrun: eager, compile(DDP), DDP(compile); rank graphs, collectives, overlap",
     compare=compare,
     rows=rows,
-    raises=("rank_graph_mismatch", "collective_drift", "ddp_overlap_drop"),
+    raises=("rank_graph_mismatch", "collective_drift"),
+    categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
 )

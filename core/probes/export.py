@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, rejected_finding, settled
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, rejected_finding, settled
 from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
 
 MAX_DIFF_LINES = 120
@@ -147,5 +147,5 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),
-    raises=("export_ir_changed", "export_op_denied", "export_failed", "export_fixed"),
+    categories=entries_beside(__file__),  # export.yml: its own categories' entries
 )

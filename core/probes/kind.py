@@ -12,10 +12,12 @@ that each category's cause and verify command can be checked against each probe 
 where a shared category means something else from this probe (``collective_drift`` from FSDP's
 units, not DDP's buckets) its descriptor carries its own entry for it (``entries``).
 
-A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
+Every probe's own finding categories come with it (``categories``), each with its root-cause
+matrix entry (a built-in probe's in the YAML file beside its descriptor), and are registered with
+it. A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
 carries more in its descriptor, since no built-in file knows it: its settings model (the config
-section under its name), its metrics model (``ProbeResult.metrics``, validated against it), its
-own finding categories with their root-cause matrix entries, and where its run function lives
+section under its name), its metrics model (``ProbeResult.metrics``, validated against it), and
+where its run function lives
 (``"module:function"``, imported only in the probe's worker process, where torch is).
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
@@ -57,6 +60,20 @@ Compare = Callable[[str, ProbeResult, ProbeResult, "Config"], Compared]
 Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
 
 
+def entries_beside(descriptor: str) -> dict[str, Any]:
+    """A probe's own categories with their matrix entries, from the YAML file beside its descriptor
+    module (core/probes/compile.py: compile.yml), as ``ProbeKind.categories`` takes them; they are
+    validated as the probe registers. Read with libyaml where it is there: a few milliseconds."""
+    import yaml
+
+    path = Path(descriptor).with_suffix(".yml")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    raw = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader, either way
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping of finding categories")
+    return raw
+
+
 # Findings core/compare.py raises for whichever probe's process crashed or hung.
 EVERY_PROBE = ("probe_crashed", "probe_timeout")
 
@@ -71,10 +88,12 @@ class ProbeKind:
     rows: Rows | None = None
     # The statuses both sides must have for ``compare`` to run (export compares failures too).
     compared: tuple[str, ...] = ("ok",)
-    # A plugin's own parts (the built-in probes keep theirs in schema.py, config.py, matrix.yml):
+    # Its own finding categories, each with its root-cause matrix entry (category -> entry): a
+    # built-in probe's from the YAML file beside its descriptor (``entries_beside``).
+    categories: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # A plugin's own parts (the built-in probes keep theirs in schema.py and config.py):
     settings: type[BaseModel] | None = None  # its config section, under the probe's name
     metrics: type[BaseModel] | None = None  # what ProbeResult.metrics holds for it
-    categories: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # category -> entry
     run: str | None = None  # "module:function" of its run function, for the worker
     # The shared categories (schema.py's vocabulary) its comparator raises, besides its own.
     raises: tuple[str, ...] = ()

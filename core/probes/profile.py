@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind
+from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
 from perfcheck.schema import Finding, ProbeResult, TraceMetrics
@@ -135,5 +135,5 @@ PROBE = ProbeKind(
     name="profile",
     summary="a profiler pass of its own: per-kernel time, added and removed kernels, time breakdown",
     compare=compare,
-    raises=("kernel_mix_changed",),
+    categories=entries_beside(__file__),  # profile.yml: its own categories' entries
 )
