@@ -10,10 +10,6 @@ ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 FROM scratch AS source
 COPY pyproject.toml README.md LICENSE constraints.txt /src/
 COPY perfcheck /src/perfcheck
-COPY bot /src/bot
-COPY core /src/core
-COPY runner /src/runner
-COPY templates /src/templates
 COPY docker/install-perfcheck.sh /src/docker/install-perfcheck.sh
 
 FROM ${TORCH_IMAGE} AS runner

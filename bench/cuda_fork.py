@@ -1,7 +1,7 @@
 """Which import initializes CUDA's driver, and whether a child forked after the fork server's
 imports can still use CUDA: ``python bench/cuda_fork.py`` on a GPU machine, one JSON line per case.
 
-Why: runner/forkserver.py serves only where its imports leave CUDA's driver uninitialized (a child
+Why: perfcheck/runner/forkserver.py serves only where its imports leave CUDA's driver uninitialized (a child
 forked after ``cuInit`` cannot use CUDA). On the H200's image the check said the driver was
 initialized after the server's imports. ``torch.cuda.is_available()`` calls ``cudaGetDeviceCount``,
 which runs ``cuInit``, unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` asks it to count devices through

@@ -1,5 +1,5 @@
 """Record one device pass of a workload on a GPU: its Kineto trace and the figures perfcheck reads
-from it, as a recorded input for the CPU tests of runner/device_metrics.py.
+from it, as a recorded input for the CPU tests of perfcheck/runner/device_metrics.py.
 
     python bench/device_trace.py --workload mlp --steps 3 --out tests/data/h200-device-pass
 """

@@ -137,7 +137,7 @@ for line in open(sys.argv[1]):
           [(s["step"][:40], s["driver_initialized"]) for s in r["result"].get("steps", [])])' "$OUT/cuda-fork.jsonl"
     ;;
   forkserver)
-    # Per-side probes forked from a pre-imported server (runner/forkserver.py) on the GPU: whether the
+    # Per-side probes forked from a pre-imported server (perfcheck/runner/forkserver.py) on the GPU: whether the
     # server serves there (CUDA's driver must not be loaded by its imports), then the demo's per-side
     # probes on CUDA forked and fresh, each timed; the comments must agree.
     python3 - <<'PY' > "$OUT/forkserver-serves.txt" 2>&1

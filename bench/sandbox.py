@@ -1,4 +1,4 @@
-"""The per-side sandbox (runner/sandbox.py) on a real machine, as whole reviews: whether the machine
+"""The per-side sandbox (perfcheck/runner/sandbox.py) on a real machine, as whole reviews: whether the machine
 can make one, a hostile head's attacks (tests/hostile_head.py) against a review on ``--device``,
 and what the sandbox costs a review (the demo, sandboxed and not, each timed).
 

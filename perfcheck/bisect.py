@@ -1,7 +1,7 @@
 """`perfcheck bisect`: the first commit of a range that introduced each finding of its review.
 
 The good → bad review runs first (perfcheck.review, both trees as commits of the repository).
-Each of its findings (structural ones; see core/bisect.py) is then searched for along the
+Each of its findings (structural ones; see perfcheck/core/bisect.py) is then searched for along the
 first-parent commits between: a commit's tree is written out with ``git archive`` (the user's
 work tree and index are never touched), only the probe that found it runs there, on that side
 alone, and its result is compared with good's as the review compares head with base. One probe

@@ -20,7 +20,7 @@ CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
 
 
 def probe_names() -> tuple[str, ...]:
-    """Every probe the review knows (the registry in core/probes), built-in or a plugin's."""
+    """Every probe the review knows (the registry in perfcheck/core/probes), built-in or a plugin's."""
     from perfcheck.core import probes
 
     return probes.names()

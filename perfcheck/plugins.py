@@ -1,5 +1,5 @@
 """Plugin probes: modules named under ``plugins:`` in perfcheck.yml, each holding a ``PROBE``
-descriptor (core/probes/kind.py) that perfcheck registers with the probes, finding categories and
+descriptor (perfcheck/core/probes/kind.py) that perfcheck registers with the probes, finding categories and
 root-cause matrix entries it carries.
 
 A plugin is imported by module name only, never from a path: the config is read from the base

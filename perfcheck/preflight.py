@@ -191,7 +191,7 @@ def check_interpreter(python: str, flag: str, device: str) -> None:
 
 
 def sandboxed(env: Mapping[str, str], unavailable: Callable[[], str | None]) -> tuple[bool, str | None]:
-    """Whether the probes run in per-side sandboxes (runner/sandbox.py), and what to warn about.
+    """Whether the probes run in per-side sandboxes (perfcheck/runner/sandbox.py), and what to warn about.
 
     In GitHub Actions a review without them is refused: PR code would run with the rights of
     everything it is compared against, and a required check it can pass by rewriting base is no

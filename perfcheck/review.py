@@ -460,7 +460,8 @@ def rerun_of(runs: list[tuple[str, ProbeRun]]) -> tuple[str, list[str]]:
 
 
 def run(request: ReviewRequest, forks: ForkServers | None = None) -> tuple[Review, str]:
-    """Probe and report; ``forks``: fork servers kept across several reviews (runner/forkserver.py)."""
+    """Probe and report; ``forks``: fork servers kept across several reviews
+    (perfcheck/runner/forkserver.py)."""
     probed = probe(request, forks)
     scope = (request.config, request.workloads, request.probes)
     return report(

@@ -25,15 +25,15 @@ from perfcheck.bisect_schema import BisectDoc
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
 SCHEMA_VERSION: Final = 2
 
-# The categories more than one probe raises, whose entries are core/matrix.yml's: a probe's process
-# that crashed or hung (core/compare.py, for any probe) and what the distributed probes share.
-# Every other category is its probe's own, registered with the probe (core/probes).
+# The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a probe's process
+# that crashed or hung (perfcheck/core/compare.py, for any probe) and what the distributed probes share.
+# Every other category is its probe's own, registered with the probe (perfcheck/core/probes).
 SHARED_CATEGORIES = ("probe_crashed", "probe_timeout", "rank_graph_mismatch", "collective_drift")
 _REGISTERED: list[str] = []
 
 
 def register_categories(names: list[str]) -> None:
-    """A probe's own finding categories (core/probes registers them with the probe)."""
+    """A probe's own finding categories (perfcheck/core/probes registers them with the probe)."""
     for name in names:
         if name not in SHARED_CATEGORIES and name not in _REGISTERED:
             _REGISTERED.append(name)
@@ -450,7 +450,7 @@ TimingMetric = Literal["device_ms", "step_ms", "host_ms"]
 
 
 class RatioChange(_Strict):
-    """head/base over pairs (core/stats.py's estimate) and what it says against a budget."""
+    """head/base over pairs (perfcheck/core/stats.py's estimate) and what it says against a budget."""
 
     base: float = Field(gt=0, description="geometric mean over base's processes (or compiles)")
     head: float = Field(gt=0)

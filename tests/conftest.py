@@ -110,7 +110,7 @@ ReviewFn = Callable[..., Review]
 @pytest.fixture(scope="module")
 def fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServers]:
     """One set of fork servers for a module's reviews, as a process running several reviews would
-    keep (runner/forkserver.py): torch is imported once per module, not once per review."""
+    keep (perfcheck/runner/forkserver.py): torch is imported once per module, not once per review."""
     with ForkServers(tmp_path_factory.mktemp("forkservers")) as servers:
         yield servers
 

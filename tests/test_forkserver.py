@@ -1,4 +1,4 @@
-"""Per-side probe processes fork from a server that imported torch once (runner/forkserver.py):
+"""Per-side probe processes fork from a server that imported torch once (perfcheck/runner/forkserver.py):
 each still runs as a fresh process would, alone in its session, holding none of the server's
 descriptors; a server that cannot start or dies sends the probes back to fresh processes."""
 

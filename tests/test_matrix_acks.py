@@ -108,7 +108,7 @@ def test_bad_matrix_data_is_refused_clearly() -> None:
         parse_config("matrix: {slow: {causes: [x]}}", "p.yml")
 
 
-# core/matrix.yml's collective_drift once read like this: YAML splits an inline list at every
+# perfcheck/core/matrix.yml's collective_drift once read like this: YAML splits an inline list at every
 # comma, the one inside the parentheses too, so the comment showed the cause "DDP's buckets
 # re-split (parameter order" and a bullet "sizes or dtypes changed)".
 # A plain entry's first fields: what every category says.
@@ -350,7 +350,7 @@ def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
     from perfcheck.core.matrix import builtin, known
     from perfcheck.schema import SHARED_CATEGORIES, builtin_categories
 
-    # The shared categories' entries are core/matrix.yml's; each probe's own are its own, once.
+    # The shared categories' entries are perfcheck/core/matrix.yml's; each probe's own are its own, once.
     assert set(builtin()) == set(SHARED_CATEGORIES)
     own = [c for k in probes.built_in() for c in k.categories]
     assert len(own) == len(set(own)) and not set(own) & set(SHARED_CATEGORIES)
@@ -360,7 +360,7 @@ def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
         for d in entry.details:
             assert d.field and d.label, category
     # The templates name no category: they show what a finding carries.
-    templates = Path(__file__).resolve().parent.parent / "templates"
+    templates = Path(__file__).resolve().parent.parent / "perfcheck" / "templates"
     for template in templates.glob("*.j2"):
         text = template.read_text()
         assert not [c for c in entries if f'"{c}"' in text], template.name

@@ -1,4 +1,4 @@
-"""Each side's probe processes run in a sandbox of their own (issue 29, runner/sandbox.py): head's
+"""Each side's probe processes run in a sandbox of their own (issue 29, perfcheck/runner/sandbox.py): head's
 code cannot rewrite base's tree, perfcheck's install or base's compile cache, cannot reach the
 orchestrator's descriptors, and shares no /tmp with anything. Performed by a hostile head as a PR
 would write it, in real probe processes, forked from a fork server and started fresh."""

@@ -191,7 +191,7 @@ def test_holding_a_large_buffer_is_a_memory_regression(review: ReviewFn, tmp_pat
     assert grew.severity == "error"
     # 400 MB held on head, and the peak is each worker's own: getrusage's figure would carry the
     # size of the process that started it (late in a suite, a pytest worker of ~480 MB), which
-    # once hid all but 159 MB of these 400 (runner/peak_memory.py).
+    # once hid all but 159 MB of these 400 (perfcheck/runner/peak_memory.py).
     assert 350 < grew.evidence["head_mb"] - grew.evidence["base_mb"] < 450, grew.evidence
 
 

@@ -2,7 +2,7 @@
 
 An eager timing worker must not pay for Dynamo (about as much again as torch itself) unless
 something in it compiles; and every worker ends as ``sys.exit(main())`` would, less the
-interpreter's teardown (runner/process_end.py)."""
+interpreter's teardown (perfcheck/runner/process_end.py)."""
 
 from __future__ import annotations
 

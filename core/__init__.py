@@ -1,3 +1,0 @@
-"""The torch-free review core: results in, findings, verdicts, tables and reports out.
-
-Imports neither torch nor the GitHub side (bot/); tests/test_boundaries.py holds it to that."""

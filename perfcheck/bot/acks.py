@@ -1,0 +1,116 @@
+"""Acknowledgements: known changes accepted with a reason, from perfcheck.yml or `/perfcheck ack`.
+
+Pure. An acknowledgement covers findings of its category (and workload, if it names one); it is
+shown with who, when and why, and such findings no longer fail the check. A different finding,
+of another category or workload, still does. A `/perfcheck ack` covers the head commit as it was
+when it was posted: posted before the head existed (perfcheck's first check on the head started
+later, by GitHub's clock), it covered an earlier commit, and it is shown as expired instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict
+
+from perfcheck.bot.command import CommandError, has_permission, parse_command
+from perfcheck.bot.timestamps import instant
+from perfcheck.config import AckEntry
+from perfcheck.core.compare import verdict_of
+from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review
+
+
+class Ack(BaseModel):
+    """One acknowledgement, wherever it comes from: perfcheck.yml (``by`` is "config") or a
+    `/perfcheck ack` comment (planned by perfcheck/bot/plan.py, applied at publish)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    category: str
+    workload: str | None = None
+    by: str
+    reason: str
+    at: str | None = None  # when the command was posted (the comment's created_at)
+    sha: str | None = None  # the head commit it covers
+    expired: bool = False  # posted for an earlier head commit
+
+    def note(self) -> Acknowledgement:
+        """What a covered finding shows: who, when and why."""
+        return Acknowledgement(by=self.by, reason=self.reason, at=self.at, sha=self.sha)
+
+
+@dataclass(frozen=True)
+class PostedComment:
+    author: str
+    created_at: str | None
+    body: str
+
+
+def from_config(entries: Iterable[AckEntry]) -> list[Ack]:
+    return [Ack(category=e.category, workload=e.workload, by="config", reason=e.reason) for e in entries]
+
+
+def from_comments(
+    comments: Iterable[PostedComment],
+    permission_of: Callable[[str], str],
+    required: str,
+    sha: str | None = None,
+    head_since: str | None = None,
+) -> list[Ack]:
+    """`/perfcheck ack` commands by people with ``required`` permission or more; others are ignored.
+
+    ``sha`` is the head commit; ``head_since`` when perfcheck first saw it (its first check run
+    started). An ack posted later covers ``sha``; one posted earlier, or when that moment is not
+    known, is marked expired."""
+    since = instant(head_since)
+    out: list[Ack] = []
+    for c in comments:
+        try:
+            cmd = parse_command(c.body)
+        except CommandError:
+            continue
+        if cmd is None or cmd.verb != "ack" or not has_permission(permission_of(c.author), required):
+            continue
+        posted = instant(c.created_at)
+        current = since is not None and posted is not None and posted > since
+        out.append(
+            Ack(
+                category=cmd.category or "",
+                workload=cmd.workload,
+                by=c.author,
+                reason=cmd.reason or "",
+                at=c.created_at,
+                sha=sha if current else None,
+                expired=not current,
+            )
+        )
+    return out
+
+
+def _covers(ack: Ack, f: Finding) -> bool:
+    return ack.category == f.category and (ack.workload is None or ack.workload == f.workload)
+
+
+def apply(review: Review, acks: list[Ack]) -> Review:
+    """The review with matching findings acknowledged (the latest ack in force wins) and the verdict
+    redone; expired acks that would have covered a finding are listed apart."""
+    if not acks:
+        return review
+    findings, expired = [], []
+    in_force = [a for a in acks if not a.expired]
+    for f in review.findings:
+        match = next((a for a in reversed(in_force) if _covers(a, f)), None)
+        findings.append(f.model_copy(update={"ack": match.note()}) if match else f)
+    for a in acks:
+        if a.expired and any(_covers(a, f) and f.ack is None for f in findings):
+            expired.append(
+                ExpiredAck(category=a.category, workload=a.workload, by=a.by, reason=a.reason, at=a.at)
+            )
+    return review.model_copy(
+        update={
+            "findings": findings,
+            "verdict": verdict_of(findings, review.inconclusive),
+            "expired_acks": expired,
+        }
+    )

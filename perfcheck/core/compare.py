@@ -1,0 +1,152 @@
+"""Compare base and head probe results into findings and a verdict. Pure functions, no I/O.
+
+Each probe compares its own results (``perfcheck/core/probes/<probe>.py``, found through the registry);
+here: what every probe shares — a side that crashed or timed out — and the review's verdict.
+Structural findings are exact: a new graph break, a changed IR hash or a new recompile reason
+is a difference, not a statistic. Budgets only say how many of them a project tolerates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from perfcheck.config import Config
+from perfcheck.core import probes
+from perfcheck.core.explain import explain
+from perfcheck.core.probes.kind import ProbeKind
+from perfcheck.schema import (
+    CompileLatencyChange,
+    Finding,
+    ProbeResult,
+    Severity,
+    TimingChange,
+    Verdict,
+    WorkloadReview,
+)
+
+
+@dataclass(frozen=True)
+class Comparison:
+    findings: list[Finding]
+    # Why the verdict could not be decided either way (a side that could not be probed, ...).
+    inconclusive: list[str] = field(default_factory=list)
+    timing_changes: dict[str, TimingChange] = field(default_factory=dict)
+    compile_latency_changes: dict[str, CompileLatencyChange] = field(default_factory=dict)
+
+    @property
+    def verdict(self) -> Verdict:
+        return verdict_of(self.findings, self.inconclusive)
+
+
+def verdict_of(findings: list[Finding], inconclusive: list[str]) -> Verdict:
+    """The one verdict rule: an error no acknowledgement covers fails the review; otherwise any
+    reason it could not be decided makes it inconclusive."""
+    if any(f.severity == "error" and f.ack is None for f in findings):
+        return "fail"
+    return "inconclusive" if inconclusive else "pass"
+
+
+def _status_findings(
+    wl: str, probe: str, base: ProbeResult | None, head: ProbeResult | None, inconclusive: list[str]
+) -> list[Finding]:
+    out: list[Finding] = []
+    for side, result in (("head", head), ("base", base)):
+        if result is None or result.status not in ("crashed", "timeout"):
+            continue
+        category = "probe_crashed" if result.status == "crashed" else "probe_timeout"
+        what = f"the {probe} probe {'crashed' if result.status == 'crashed' else 'timed out'} on {side}"
+        other = base if side == "head" else head
+        both = other is not None and other.status == result.status
+        severity: Severity
+        if side == "head":
+            severity = "warning" if both else "error"
+            message = f"{what} (it does on base too)" if both else what
+            if both:
+                inconclusive.append(f"{wl}/{probe}: neither side could be probed")
+        else:
+            if both:
+                continue  # already reported from the head side
+            severity = "warning"
+            message = f"{what}: head cannot be compared"
+            inconclusive.append(f"{wl}/{probe}: base could not be probed")
+        out.append(
+            Finding(
+                category=category,
+                severity=severity,
+                workload=wl,
+                probe=probe,
+                message=message,
+                evidence={"side": side, "detail": result.message or ""},
+            )
+        )
+    return out
+
+
+def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
+    return {r.probe: r for r in results}
+
+
+def _unfit_metrics(kind: ProbeKind, *results: ProbeResult) -> str | None:
+    """Why a plugin probe's results cannot be compared (their metrics do not fit its model), or None.
+    The orchestrator checks what its own workers write; a merged shard is checked here."""
+    for r in results:
+        try:
+            kind.metrics_of(r)
+        except ValueError as err:
+            return f"{r.side}: {err}"
+    return None
+
+
+def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
+    base, head = _by_probe(wl.base), _by_probe(wl.head)
+    findings: list[Finding] = []
+    inconclusive: list[str] = []
+    changes: dict[str, TimingChange] = {}
+    latency: dict[str, CompileLatencyChange] = {}
+    for name in sorted(set(base) | set(head)):
+        b, h = base.get(name), head.get(name)
+        findings += _status_findings(wl.name, name, b, h, inconclusive)
+        kind = probes.get(name)
+        if b is None or h is None or kind is None or kind.compare is None:
+            continue
+        if b.status == h.status == "skipped":
+            # Asked for and not run (the review's time budget ran out first): nothing was measured.
+            first = ((h.message or "").strip().splitlines() or ["not run"])[0]
+            inconclusive.append(f"{wl.name}/{name}: {first[:300]}")
+            continue
+        rejected = [r for r in (h, b) if r.status == "failed" and r.status not in kind.compared]
+        if rejected:
+            # torch refused the side's code: the compile or export probe says so as a finding;
+            # this probe has nothing to compare.
+            for r in rejected:
+                first = ((r.message or "").strip().splitlines() or ["torch rejected the code"])[0]
+                inconclusive.append(f"{wl.name}/{name}: not measured on {r.side}: {first[:300]}")
+            continue
+        if b.status in kind.compared and h.status in kind.compared:
+            unfit = _unfit_metrics(kind, b, h)
+            if unfit:
+                inconclusive.append(f"{wl.name}/{name}: {unfit}")
+                continue
+            got = kind.compare(wl.name, b, h, config)
+            findings += got.findings
+            inconclusive += got.inconclusive
+            if got.timing is not None:
+                changes[wl.name] = got.timing
+            if got.compile_latency is not None:
+                latency[wl.name] = got.compile_latency
+    return Comparison(explain(findings), inconclusive, changes, latency)
+
+
+_ORDER = {"error": 0, "warning": 1, "info": 2}
+
+
+def compare(workloads: list[WorkloadReview], config: Config) -> Comparison:
+    each = [compare_workload(wl, config) for wl in workloads]
+    findings = [f for c in each for f in c.findings]
+    findings.sort(key=lambda f: _ORDER[f.severity])
+    return Comparison(
+        findings=findings,
+        inconclusive=[why for c in each for why in c.inconclusive],
+        timing_changes={k: v for c in each for k, v in c.timing_changes.items()},
+        compile_latency_changes={k: v for c in each for k, v in c.compile_latency_changes.items()},
+    )

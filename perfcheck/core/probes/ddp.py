@@ -1,0 +1,162 @@
+"""Findings of the `ddp` probe: ranks compiling different graphs, collectives that changed, and
+communication that no longer hides behind compute. Pure; torch-free."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from perfcheck.config import Config
+from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
+
+
+def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
+    return {v.variant: v for v in m.variants if v.error is None} if m else {}
+
+
+def first_rank_mismatch(ranks: list[RankGraphs]) -> tuple[int, list[int]] | None:
+    """The first graph (1-based) where some rank's hash differs from rank 0's, and those ranks."""
+    if len(ranks) < 2:
+        return None
+    ref = ranks[0].graph_hashes
+    longest = max(len(r.graph_hashes) for r in ranks)
+    for i in range(longest):
+        odd = [
+            r.rank
+            for r in ranks[1:]
+            if i >= len(r.graph_hashes) or i >= len(ref) or r.graph_hashes[i] != ref[i]
+        ]
+        if odd:
+            return i + 1, odd
+    return None
+
+
+def _collective_key(v: DdpVariantMetrics) -> Counter[tuple[str, int, str, int]]:
+    return Counter({(c.op, c.group_size, c.dtype, c.bytes): c.count for c in v.collectives})
+
+
+def _describe(keys: Counter[tuple[str, int, str, int]]) -> list[str]:
+    return [f"{n}× {op} of {b:,} B {dtype} over {g} ranks" for (op, g, dtype, b), n in sorted(keys.items())]
+
+
+def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+    out: list[Finding] = []
+    b, h = _variants(base.ddp), _variants(head.ddp)
+    backend = head.ddp.backend if head.ddp else "?"
+    # nccl: HolisticTraceAnalysis's time-based overlap; gloo: the share of collectives launched
+    # before backward's last node (perfcheck/runner/comm_trace.py says why).
+    for name, hv in h.items():
+        bv = b.get(name)
+        mismatch = first_rank_mismatch(hv.ranks)
+        if mismatch is not None:
+            graph, ranks = mismatch
+            already = bv is not None and first_rank_mismatch(bv.ranks) is not None
+            out.append(
+                Finding(
+                    category="rank_graph_mismatch",
+                    severity="warning" if already else "error",
+                    workload=workload,
+                    probe="ddp",
+                    message=f"{name}: rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))} "
+                    f"compiled a different graph #{graph} than rank 0"
+                    + (" (already so on base)" if already else ""),
+                    evidence={
+                        "variant": name,
+                        "graph": graph,
+                        "ranks": ranks,
+                        "hashes": {str(r.rank): r.graph_hashes for r in hv.ranks},
+                    },
+                )
+            )
+        if bv is None:
+            continue
+        before, after = _collective_key(bv), _collective_key(hv)
+        if before != after:
+            bytes_before = sum(k[3] * n for k, n in before.items())
+            bytes_after = sum(k[3] * n for k, n in after.items())
+            out.append(
+                Finding(
+                    category="collective_drift",
+                    severity="error",
+                    workload=workload,
+                    probe="ddp",
+                    message=f"{name}: collectives per step changed ({sum(before.values())} → "
+                    f"{sum(after.values())} calls, {bytes_before:,} → {bytes_after:,} B): "
+                    + "; ".join(
+                        [f"now {d}" for d in _describe(after - before)[:3]]
+                        + [f"no longer {d}" for d in _describe(before - after)[:3]]
+                    ),
+                    evidence={
+                        "variant": name,
+                        "removed": _describe(before - after),
+                        "added": _describe(after - before),
+                    },
+                )
+            )
+        if bv.comm_overlap_pct is not None and hv.comm_overlap_pct is not None:
+            drop = bv.comm_overlap_pct - hv.comm_overlap_pct
+            if drop > config.budgets.max_overlap_drop_pp:
+                out.append(
+                    Finding(
+                        category="ddp_overlap_drop",
+                        severity="error",
+                        workload=workload,
+                        probe="ddp",
+                        message=f"{name}: communication hidden behind compute "
+                        f"{bv.comm_overlap_pct:.1f} % → {hv.comm_overlap_pct:.1f} %, a drop of {drop:.1f} pp "
+                        f"(budget {config.budgets.max_overlap_drop_pp:g} pp)",
+                        evidence={
+                            "variant": name,
+                            "base_pct": bv.comm_overlap_pct,
+                            "head_pct": hv.comm_overlap_pct,
+                            "ddp_splits": [bv.ddp_splits, hv.ddp_splits],
+                            "splits_lost": bv.ddp_splits > 0 and hv.ddp_splits == 0,
+                            "backend": backend,
+                        },
+                    )
+                )
+    return out
+
+
+def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
+    def variants(r: ProbeResult | None) -> dict[str, DdpVariantMetrics]:
+        return {v.variant: v for v in r.ddp.variants} if r and r.ddp else {}
+
+    bv, hv = variants(bd), variants(hd)
+    world = (hd or bd).ddp.world_size if (hd or bd) and (hd or bd).ddp else "?"  # type: ignore[union-attr]
+    rows: list[Row] = []
+    for name in [*bv, *[n for n in hv if n not in bv]]:
+        b, h = bv.get(name), hv.get(name)
+
+        def cell(v: DdpVariantMetrics | None, r: ProbeResult | None) -> str:
+            if v is None:
+                return status_cell(r) or "—"
+            if v.error:
+                return "fails"
+            overlap = f", {v.comm_overlap_pct:.0f} % hidden" if v.comm_overlap_pct is not None else ""
+            calls = sum(c.count for c in v.collectives)
+            step = f"{v.step_ms:.1f} ms" if v.step_ms is not None else "—"
+            graphs = ""
+            if v.variant != "eager":
+                breaks = sum(g.count for g in v.graph_breaks)
+                graphs = f", {v.graph_count} graph{'s' if v.graph_count != 1 else ''}"
+                graphs += f" ({breaks} break{'s' if breaks != 1 else ''}, {v.ddp_splits} DDP splits)"
+            return f"{step}{graphs}, {calls} collectives{overlap}"
+
+        ranks = f"{world} rank{'s' if world != 1 else ''}"
+        rows.append(Row(f"DDP {name} ({ranks})", cell(b, bd), cell(h, hd), ""))
+    return settled(rows, bd, hd)
+
+
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+    return Compared(findings(wl, base, head, config))
+
+
+PROBE = ProbeKind(
+    name="ddp",
+    summary="DDP under torchrun: eager, compile(DDP), DDP(compile); rank graphs, collectives, overlap",
+    compare=compare,
+    rows=rows,
+    raises=("rank_graph_mismatch", "collective_drift"),
+    categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
+)

@@ -1,0 +1,168 @@
+"""What a probe is to the torch-free side: one descriptor per probe, in one registry.
+
+A probe's descriptor names it, says when it runs, and carries the two pure functions the review
+needs from it: ``compare`` (base and head results and the config -> findings, reasons the verdict
+is inconclusive, and for the timing probe its timing change) and ``rows`` (its lines of the
+workload table, the probe's fragment of every report). The runner side registers only the
+function that runs it (``perfcheck/runner/probes/base.py``). Adding a probe touches its own files and one
+registry line.
+
+Every probe names the categories of the shared vocabulary its comparator raises (``raises``), so
+that each category's cause and verify command can be checked against each probe that raises it;
+where a shared category means something else from this probe (``collective_drift`` from FSDP's
+units, not DDP's buckets) its descriptor carries its own entry for it (``entries``).
+
+Every probe's own finding categories come with it (``categories``), each with its root-cause
+matrix entry (a built-in probe's in the YAML file beside its descriptor), and are registered with
+it. A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
+carries more in its descriptor, since no built-in file knows it: its settings model (the config
+section under its name), its metrics model (``ProbeResult.metrics``, validated against it), and
+where its run function lives
+(``"module:function"``, imported only in the probe's worker process, where torch is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
+
+if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
+    from perfcheck.config import Config
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of a workload's table: a metric, base, head and the change."""
+
+    metric: str
+    base: str
+    head: str
+    delta: str
+
+
+@dataclass(frozen=True)
+class Compared:
+    """What comparing one probe's base and head results found."""
+
+    findings: list[Finding] = field(default_factory=list)
+    inconclusive: list[str] = field(default_factory=list)  # why the verdict cannot be decided
+    timing: TimingChange | None = None
+    compile_latency: CompileLatencyChange | None = None
+
+
+Compare = Callable[[str, ProbeResult, ProbeResult, "Config"], Compared]
+Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
+
+
+def entries_beside(descriptor: str) -> dict[str, Any]:
+    """A probe's own categories with their matrix entries, from the YAML file beside its descriptor
+    module (perfcheck/core/probes/compile.py: compile.yml), as ``ProbeKind.categories`` takes them; they are
+    validated as the probe registers. Read with libyaml where it is there: a few milliseconds."""
+    import yaml
+
+    path = Path(descriptor).with_suffix(".yml")
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    raw = yaml.load(path.read_text(encoding="utf-8"), Loader=loader)  # a safe loader, either way
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: expected a mapping of finding categories")
+    return raw
+
+
+# Findings perfcheck/core/compare.py raises for whichever probe's process crashed or hung.
+EVERY_PROBE = ("probe_crashed", "probe_timeout")
+
+
+@dataclass(frozen=True)
+class ProbeKind:
+    name: str
+    summary: str  # one line, for --help and the docs
+    default: bool = False  # runs when neither --probes nor the workload's `probes` name any
+    paired: bool = False  # base and head measured together, after the per-side probes
+    compare: Compare | None = None
+    rows: Rows | None = None
+    # The statuses both sides must have for ``compare`` to run (export compares failures too).
+    compared: tuple[str, ...] = ("ok",)
+    # Its own finding categories, each with its root-cause matrix entry (category -> entry): a
+    # built-in probe's from the YAML file beside its descriptor (``entries_beside``).
+    categories: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # A plugin's own parts (the built-in probes keep theirs in schema.py and config.py):
+    settings: type[BaseModel] | None = None  # its config section, under the probe's name
+    metrics: type[BaseModel] | None = None  # what ProbeResult.metrics holds for it
+    run: str | None = None  # "module:function" of its run function, for the worker
+    # The shared categories (schema.py's vocabulary) its comparator raises, besides its own.
+    raises: tuple[str, ...] = ()
+    # Its own root-cause entries for some of those: partial matrix entries (symptom, causes,
+    # verify, docs, rules) that replace the category's for this probe's findings.
+    entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def raised(self) -> tuple[str, ...]:
+        """Every category a finding of this probe can have: what it raises, its own categories and
+        the crash or time-out of its process (perfcheck/core/compare.py, for any probe)."""
+        return (*self.raises, *self.categories, *EVERY_PROBE)
+
+    def metrics_of(self, result: ProbeResult) -> BaseModel | None:
+        """The result's plugin metrics as the probe's own model; None when it has none.
+        Raises ValueError naming the field when they do not fit it."""
+        if self.metrics is None or not result.metrics:
+            return None
+        try:
+            return self.metrics.model_validate(result.metrics)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+            raise ValueError(f"{self.name} metrics: {where}: {first['msg']}") from None
+
+    def settings_of(self, config: Config) -> BaseModel | None:
+        """The probe's config section (its defaults when the config has none)."""
+        if self.settings is None:
+            return None
+        section = config.plugin_settings.get(self.name)
+        return section if section is not None else self.settings()
+
+
+def rejected_finding(
+    category: str, wl: str, probe: str, what: str, metrics: Any, base: ProbeResult
+) -> Finding:
+    """torch (``what``: torch.compile, torch.export) refusing the head's code: the error and the
+    user's frame, ``metrics`` carrying ``error_type``/``error_message``/``error_location``; old
+    news (a warning) when base fails too."""
+    also = base.status == "failed"
+    return Finding(
+        category=category,
+        severity="warning" if also else "error",
+        workload=wl,
+        probe=probe,
+        location=metrics.error_location,
+        message=f"{what} fails{' (as on base)' if also else ''}: {metrics.error_type}",
+        evidence={
+            "error_type": metrics.error_type or "",
+            "error": (metrics.error_message or "")[:2000],
+            **({"error_kind": kind} if (kind := getattr(metrics, "error_kind", None)) else {}),
+        },
+    )
+
+
+def status_cell(r: ProbeResult | None) -> str | None:
+    """A table cell for a probe that did not finish ("crashed", "—" when it did not run), or None."""
+    if r is None:
+        return "—"
+    return None if r.status == "ok" else r.status
+
+
+def settled(rows: list[Row], b: ProbeResult | None, h: ProbeResult | None) -> list[Row]:
+    """``rows`` as the table shows them where a side did not finish (failed, crashed, timed out,
+    skipped): every cell of that side says its status, and so does every Δ, never a figure
+    computed against a side that has none (a failed head's ``-100 %``). Where both sides did not
+    finish with different statuses, the Δ names both, base first. A side that did not run (None)
+    keeps its cells; every probe's ``rows`` returns its rows through this."""
+    bs, hs = (r.status if r is not None and r.status != "ok" else None for r in (b, h))
+    if bs is None and hs is None:
+        return rows
+    delta = f"{bs} / {hs}" if bs and hs and bs != hs else (bs or hs or "")
+    return [Row(row.metric, bs or row.base, hs or row.head, delta) for row in rows]

@@ -1,0 +1,133 @@
+"""Compile latency: how it is measured, and the processes of its own that callgrind needs.
+
+A cache-cold compile is measured in a process that has compiled already (perfcheck/runner/cold_compile.py
+says why), and those processes are there anyway: by wall clock, each timing pair's two workers
+compile once more after their timed rounds, alternating which side goes first as the pairs do
+(``Where`` "timing"); where no timing runs, the compile probe's own process makes them ("compile
+probe"). Only callgrind's instruction counts need processes of their own, started under valgrind:
+one a side, ``compile.runs`` counted compiles each after one warm-up. Instruction counts do not
+depend on the machine's load, so the two sides' processes run at the same time. Every measured
+compile starts from empty caches of its own, whatever ``PERFCHECK_COMPILE_CACHE`` says.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import ValidationError
+
+from perfcheck.config import CompileConfig
+from perfcheck.runner import callgrind
+from perfcheck.schema import CompileLatency, CompileMeasure, CompileSample, ProbeResult, Side
+from perfcheck.spec import LatencyPlan, ProbeSpec
+
+# Measured on the 2-core CPU (docs/benchmarks.md, bench/compile_latency.py): a process under
+# callgrind needs about this long to start (torch imported uninstrumented), and each compile in it,
+# the warm-up or a counted one, takes at most about this many times the process's first compile
+# at native speed (7-8x for a tiny model under aot_eager; 11-12x for the demo's classifier under
+# Inductor now that its kernels are read from the cache rather than built by gcc, natively: both
+# sides' callgrind processes took 129-143 s on an idle machine after a 2.5 s first compile).
+CALLGRIND_STARTUP_S = 20.0
+CALLGRIND_SLOWDOWN = 12.0
+
+# Under valgrind: Inductor must not generate AVX-512 (valgrind 3.19 cannot run it, and the ISA
+# probes run natively in subprocesses, so they would pick it); it compiles in this process rather
+# than in a pool of workers whose waits would be counted; and ATen runs on one thread, because
+# OpenMP workers spin while they wait and how long they spin depends on the machine's load (an A/A
+# on a loaded machine spread by ±1.4 % with two threads).
+CALLGRIND_ENV = {
+    "ATEN_CPU_CAPABILITY": "avx2",
+    "TORCHINDUCTOR_CPP_MARCH": "x86-64-v3",
+    "TORCHINDUCTOR_COMPILE_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+
+Where = Literal["timing", "compile probe", "callgrind"]
+
+
+@dataclass(frozen=True)
+class Choice:
+    measure: CompileMeasure
+    note: str | None = None  # why it is not what was asked for
+    estimate_s: float = 0.0  # callgrind's expected cost, both sides at once
+
+
+def estimated_callgrind_s(first_compile_s: float, runs: int) -> float:
+    """One side's cost under callgrind: start-up, then the warm-up and ``runs`` counted compiles."""
+    return CALLGRIND_STARTUP_S + (runs + 1) * first_compile_s * CALLGRIND_SLOWDOWN
+
+
+def choose(
+    cfg: CompileConfig, device: str, have_valgrind: bool, first_compile_s: float, left_s: float | None = None
+) -> Choice:
+    """The measure of one workload. ``callgrind`` asked for explicitly was checked before the review
+    (preflight); ``auto`` takes it on a CPU with valgrind where its estimated cost fits both
+    ``compile.callgrind_budget_s`` and ``left_s``, what is left of the review's time budget."""
+    if cfg.measure in ("wall", "callgrind"):
+        return Choice(cfg.measure)
+    if device != "cpu":
+        return Choice("wall")
+    if not have_valgrind:
+        return Choice("wall", "wall-clock: valgrind is not installed")
+    cost = estimated_callgrind_s(first_compile_s, cfg.runs)
+    if cost > cfg.callgrind_budget_s:
+        return Choice(
+            "wall",
+            f"wall-clock: callgrind would take about {cost:.0f} s, over compile.callgrind_budget_s "
+            f"({cfg.callgrind_budget_s:g} s)",
+        )
+    if left_s is not None and cost > left_s:
+        return Choice(
+            "wall",
+            f"wall-clock: callgrind would take about {cost:.0f} s, more than the {max(left_s, 0):.0f} s left "
+            "of review.time_budget_s",
+        )
+    return Choice("callgrind", estimate_s=cost)
+
+
+# (spec, side, tag, prefix, extra environment, a folder it writes) -> the process's result
+Launch = Callable[[ProbeSpec, Side, str, list[str], dict[str, str], Path], ProbeResult]
+
+
+def samples_of(result: ProbeResult) -> list[CompileSample]:
+    """The samples a compile_latency process handed back, validated: it ran PR code. Raises
+    ValueError when there are none or they do not fit the schema."""
+    try:
+        return CompileLatency.model_validate(result.metrics.get("latency")).samples
+    except ValidationError as err:
+        raise ValueError(f"an invalid result: {err.errors()[0]['msg']}") from None
+
+
+def measure_callgrind(
+    specs: dict[Side, ProbeSpec], runs: int, launch: Launch, note: str | None = None
+) -> dict[Side, CompileLatency]:
+    """One process a side under callgrind, both at once; each side's counted compiles, and why its
+    process gave none."""
+    with tempfile.TemporaryDirectory(prefix="perfcheck-callgrind-") as root:
+
+        def one(side: Side) -> CompileLatency:
+            # A folder of dumps per side: what one side's process writes the other never reads.
+            dumps = Path(root) / side
+            dumps.mkdir()
+            prefix = callgrind.command(dumps)
+            env = {**CALLGRIND_ENV, callgrind.OUT_ENV: str(dumps)}
+            plan = LatencyPlan(measure="callgrind", compiles=runs)
+            spec = specs[side].model_copy(update={"probe": "compile_latency", "latency": plan})
+            result = launch(spec, side, "-callgrind", prefix, env, dumps)
+            try:
+                if result.status != "ok":
+                    raise ValueError(f"{result.status}: {(result.message or '').strip()}")
+                samples, failures = samples_of(result), []
+            except ValueError as err:
+                samples, failures = [], [(str(err).splitlines() or [""])[0][:500]]
+            return CompileLatency(measure="callgrind", samples=samples, note=note, failures=failures)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            base, head = pool.map(one, ("base", "head"))
+    return {"base": base, "head": head}

@@ -1,0 +1,1151 @@
+"""Run every probe of a review, base and head side by side, each in its own process.
+
+This module imports no torch itself: it only launches workers and reads their results as
+untrusted JSON. A worker that dies, hangs or writes nonsense becomes a crashed or timed-out
+result for that one probe, and the review goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_probes
+from perfcheck.core import probes
+from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
+from perfcheck.progress import Progress, Task
+from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper, sandbox
+from perfcheck.runner.budget import Budget, latency_estimate_s, prior, timing_estimate_s
+from perfcheck.runner.forkserver import ForkServers
+from perfcheck.schema import (
+    CompileLatency,
+    CompileMetrics,
+    ContractError,
+    ProbeResult,
+    ProbeStatus,
+    Side,
+    WorkloadReview,
+    load_model,
+)
+from perfcheck.spec import LatencyPlan, ProbeSpec, Walls, side_files
+
+if TYPE_CHECKING:
+    from perfcheck.runner.timing import PendingLatency
+
+LOG_TAIL_LINES = 12
+REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
+
+
+@dataclass(frozen=True)
+class SideSetup:
+    side: Side
+    tree: Path
+    python: str = sys.executable
+
+
+@dataclass(frozen=True)
+class ReviewRun:
+    base: SideSetup
+    head: SideSetup
+    config: Config
+    device: str = "cpu"
+    workloads: list[WorkloadConfig] = field(default_factory=list)
+    probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else the default ones
+    out_dir: Path = Path("perfcheck-out")
+    jobs: int = 1
+    sandboxed: bool = False  # each side's processes behind walls of their own (perfcheck/runner/sandbox.py)
+
+
+def log_tail(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    # Drop torch's import-time noise so the tail shows the failure itself.
+    lines = [ln for ln in lines if ln.strip() and "Failed to initialize NumPy" not in ln]
+    return "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+def signal_name(code: int) -> str:
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _failed(spec: ProbeSpec, status: ProbeStatus, message: str, duration: float) -> ProbeResult:
+    return ProbeResult(
+        probe=spec.probe,
+        workload=spec.workload.name,
+        side=spec.side,
+        status=status,
+        duration_s=round(duration, 3),
+        message=message,
+    )
+
+
+def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
+    """One compile cache per side and workload: the compile probe fills it with its cold compile,
+    and the timing probe's processes start warm from it; a side never sees the other's."""
+    return {side: workdir / "cache" / f"{side}-{workload}" for side in ("base", "head")}
+
+
+def base_for_head(workdir: Path, workload: str) -> Path:
+    """Head's own copy of base's compile cache, which head's processes see at base's cache's path
+    (perfcheck/runner/sandbox.py ``moved``): entries of base's that head's cache got name base's folder
+    (Triton's groups list absolute paths, Inductor writes beside a kernel it loaded), and head's
+    code must write none of base's."""
+    return workdir / "cache" / f"base-for-head-{workload}"
+
+
+def copy_base_for_head(workdir: Path, workload: str) -> None:
+    """A fresh copy of base's compile cache for head's processes (``base_for_head``)."""
+    copy = base_for_head(workdir, workload)
+    shutil.rmtree(copy, ignore_errors=True)
+    merge_caches(copy, [side_caches(workdir, workload)["base"]])
+    copy.mkdir(parents=True, exist_ok=True)
+
+
+def sandboxed_walls(spec: ProbeSpec, workdir: Path, *writable: Path) -> Walls | None:
+    """``spec.walls`` with the folders a process may write besides, and for head, its copy of
+    base's cache shown where base's is, once the orchestrator made one."""
+    if spec.walls is None:
+        return None
+    walls = spec.walls.with_writable(*writable)
+    copy = base_for_head(workdir, spec.workload.name)
+    if spec.side == "head" and copy.is_dir():
+        walls = walls.with_moved(copy, side_caches(workdir, spec.workload.name)["base"])
+    return walls
+
+
+def merge_caches(into: Path, sources: Sequence[Path]) -> None:
+    """Every file of each source into ``into``; a later source's file replaces an earlier's.
+
+    Why the timing processes share one cache: Inductor autotunes some kernels on their first run
+    and keeps the chosen config in the cache beside the kernel. Two cold compiles of identical
+    code, made at the same time on one GPU, can choose differently, and every later process of
+    that side inherits the choice: measured on the H200, an A/A Llama read -0.73 % device time
+    (-0.78 ... -0.67) over 25 process pairs, from the first pair on. Entries are keyed by content,
+    so in a merged cache identical kernels share one choice (base's) and code only head has keeps
+    head's own. Files are copied, never hard-linked: a process that wrote into a linked file in
+    place would change the source, and a source is another side's cache.
+    """
+    for source in sources:
+        if not source.is_dir():
+            continue
+        for path in source.rglob("*"):
+            if path.is_dir() or path.is_symlink():
+                continue
+            dest = into / path.relative_to(source)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.unlink(missing_ok=True)
+            shutil.copy2(path, dest)
+
+
+# Set to a folder, every probe process of every review compiles into that one cache, warm after
+# the first: for test suites and repeated local runs, where the cache is not what is measured.
+# Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
+# is not measured (perfcheck/runner/latency_runs.py).
+SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
+
+
+TRACE_ENV = "TORCH_TRACE"
+
+
+def probe_env(cache: Path, trace_dir: Path | None = None) -> dict[str, str]:
+    """The environment of a probe process whose compile cache is ``cache`` (the shared one instead,
+    where SHARED_CACHE_ENV names one). Where the user set TORCH_TRACE, torch's structured trace
+    goes to ``trace_dir``, a folder the side's sandbox may write (its files folder), whatever
+    folder TORCH_TRACE named: a sandboxed probe can write nowhere else, and the two sides must
+    not write into one folder; a process given no ``trace_dir`` (a timing worker) makes none."""
+    override = os.environ.get(SHARED_CACHE_ENV)
+    if override:
+        cache = Path(override)
+    traced = {}
+    if os.environ.get(TRACE_ENV) and trace_dir is not None:
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        traced = {TRACE_ENV: str(trace_dir)}
+    env = {k: v for k, v in os.environ.items() if k != TRACE_ENV}
+    return {
+        # In a shared cache Dynamo would record the shapes it saw and compile the next process
+        # dynamic from the start; each process must compile as a fresh run of the code would. A
+        # cache of the process's own has no record to read: set there too, so that every probe
+        # process of an interpreter has one environment and one fork server (perfcheck/runner/forkserver.py).
+        "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0",
+        **env,
+        "PYTHONUNBUFFERED": "1",
+        # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
+        "PYTHONSAFEPATH": "1",
+        # Both sides hash alike: dict layout is one of the ways two runs of identical code differ.
+        "PYTHONHASHSEED": "0",
+        # A compiler cache of the probe's own keeps "cold compile" cold and the sides independent.
+        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
+        "TRITON_CACHE_DIR": str(cache / "triton"),
+        **traced,
+    }
+
+
+@dataclass(frozen=True)
+class Ended:
+    """How a probe process ended: its exit code (None: killed at its time limit) and what it handed
+    back through its result channel (None: more than the channel carries); ``lost``: why its exit
+    code is unknown, when it is."""
+
+    code: int | None
+    result: bytes | None
+    lost: str | None = None
+
+
+def run_module(
+    python: str,
+    module: str,
+    spec_path: Path,
+    cwd: str,
+    env: dict[str, str],
+    timeout_s: float,
+    log_path: Path,
+    prefix: Sequence[str] = (),
+    forks: ForkServers | None = None,
+    walls: Walls | None = None,
+) -> Ended:
+    """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
+    fork server of ``forks`` where one serves (perfcheck/runner/forkserver.py), else a fresh process. When it
+    ends, at its time limit or by itself, its process group is killed and every orphan it left is
+    reaped (perfcheck/runner/reaper.py); only then is its result channel read. With ``walls``, it runs in
+    that sandbox (perfcheck/runner/sandbox.py), forked or fresh."""
+    with log_path.open("wb") as log, channel.open_channel() as result:
+        child = None
+        if forks is not None and not prefix:
+            args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
+            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno(), walls)
+        if child is not None:
+            return _ended_child(child, timeout_s, result)
+        argv = [*prefix, python, "-m", module, str(spec_path), channel.argument(result)]
+        with reaper.spawning() as ours:
+            proc = subprocess.Popen(
+                behind_walls(argv, walls),
+                cwd=cwd,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(result.fileno(),),
+            )
+            ours(proc.pid)
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group, at any ending
+        proc.wait()
+        reaper.finished(proc.pid)
+        reaper.reap_orphans()
+        return Ended(code, channel.read_back(result))
+
+
+def behind_walls(argv: list[str], walls: Walls | None) -> list[str]:
+    """``argv``, behind ``walls`` where there are any."""
+    return argv if walls is None else sandbox.command(walls.model_dump_json(), argv)
+
+
+def _ended_child(child: forkserver.Child, timeout_s: float, result: IO[bytes]) -> Ended:
+    """``run_module``'s ending for a forked child: its server waits for it, this process kills."""
+    code, lost = None, None
+    try:
+        try:
+            code = child.wait(timeout_s)
+        finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(child.pid, signal.SIGKILL)  # what is left of its group, at any ending
+        if code is None:  # killed at its time limit: its server reaps it, then nothing of it runs
+            with contextlib.suppress(forkserver.ServerLost):
+                child.wait(REAP_WAIT_S)
+    except forkserver.ServerLost as err:
+        lost = str(err)
+    finally:
+        child.close()
+    reaper.reap_orphans()  # the child itself too, if its server died: it was re-parented here
+    return Ended(code, channel.read_back(result), lost)
+
+
+def run_probe(
+    spec: ProbeSpec,
+    python: str,
+    timeout_s: float,
+    workdir: Path,
+    cache: Path | None = None,
+    *,
+    tag: str = "",
+    prefix: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+    forks: ForkServers | None = None,
+    writable: Sequence[Path] = (),
+) -> ProbeResult:
+    """Run one probe in a process of its own (forked from one of ``forks``' servers where one
+    serves); never raises for anything the probe does. ``tag`` tells apart the logs of several
+    processes of one probe; ``prefix`` runs it under another program (valgrind); without ``cache``
+    the process compiles into a fresh cache of its own. In a sandbox (``spec.walls``) it may write
+    that cache and ``writable``, nothing else of the machine's but its side's scratch folder."""
+    stem = f"{spec.side}-{spec.workload.name}-{spec.probe}{tag}"
+    spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
+    spec_path.write_text(spec.model_dump_json())
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
+        folder = cache if cache is not None else Path(own)
+        env = probe_env(folder, side_files(workdir, spec.side) / "torch_trace")
+        env.update(extra_env or {})
+        if not forkserver.serves(spec.device) or TRACE_ENV in env:
+            # A server that imported torch with TORCH_TRACE set opened its trace file there (its
+            # warm-up compile), and a forked child shares, then closes, that descriptor.
+            forks = None
+        walls = sandboxed_walls(spec, workdir, folder, *writable)
+        ended = run_module(
+            python,
+            "perfcheck.runner.worker",
+            spec_path,
+            spec.tree,
+            env,
+            timeout_s,
+            log_path,
+            prefix,
+            forks,
+            walls,
+        )
+    code = ended.code
+    if ended.lost is not None:
+        tail = log_tail(log_path)
+        return _failed(spec, "crashed", f"{ended.lost}\n{tail}".strip(), time.monotonic() - start)
+    if code is None:
+        message = f"no result after {timeout_s:g} s; the process was killed"
+        return _failed(spec, "timeout", message, time.monotonic() - start)
+    duration = time.monotonic() - start
+    tail = log_tail(log_path)
+    if code < 0:
+        return _failed(
+            spec, "crashed", f"the probe process died of {signal_name(code)}\n{tail}".strip(), duration
+        )
+    if code != 0 or not ended.result:
+        how = f"exited with code {code}"
+        if code == 0:
+            how = "handed back a result over 64 MB" if ended.result is None else "ended without a result"
+        return _failed(spec, "crashed", f"the probe process {how}\n{tail}".strip(), duration)
+    try:
+        result = load_model(ProbeResult, ended.result, stem)
+    except ContractError as err:
+        return _failed(spec, "crashed", f"the probe wrote an invalid result: {err}", duration)
+    if (result.side, result.workload, result.probe) != (spec.side, spec.workload.name, spec.probe):
+        return _failed(spec, "crashed", "the probe wrote a result for another probe", duration)
+    kind = probes.get(spec.probe)
+    try:
+        if kind is not None:
+            kind.metrics_of(result)
+    except ValueError as err:
+        return _failed(spec, "crashed", f"the probe wrote invalid metrics: {err}", duration)
+    return result
+
+
+def _outcome(result: ProbeResult) -> str:
+    return (
+        result.status
+        if result.status == "ok"
+        else f"{result.status}: {(result.message or '').splitlines()[0]}"
+    )
+
+
+def interpreter_folders(python: str) -> list[Path]:
+    """Where an interpreter and what it imports live: its environment (a venv's root) and the
+    installation it was made from, perfcheck's own source, and this interpreter's."""
+    import perfcheck
+
+    found = [Path(python).parent.parent, Path(os.path.realpath(python)).parent.parent]
+    # The folder holding the perfcheck package, and where its linked subpackages really lie
+    # (a checkout: perfcheck/runner -> ../runner, so the checkout's root).
+    package = Path(perfcheck.__file__).parent
+    found += [Path(sys.prefix), Path(sys.base_prefix), package.parent, package.resolve().parent]
+    found += [(package / sub).resolve().parent for sub in ("runner", "core", "bot", "templates")]
+    return found
+
+
+def entry_folders(run: ReviewRun, tree: Path) -> list[Path]:
+    """The folders of workload files a config names outside the tree (``../ci/bench.py:build``),
+    which the side's processes must read."""
+    root = tree.resolve()
+    found = []
+    for wl in run.workloads:
+        target = wl.entry.rpartition(":")[0]
+        if target.endswith(".py"):
+            path = (root / target).resolve()
+            if not path.is_relative_to(root):
+                found.append(path.parent)
+    return found
+
+
+def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
+    """The sandbox of ``side``'s probe processes (None where the review runs without): the other
+    side's tree, and every scratch and files folder of the review but its own, hidden (and from
+    base every compile cache but its own: head reads base's, read-only); its
+    own tree, the review's output folder, workload files outside the tree and the interpreters
+    visible and read-only; its own scratch folder as /tmp; its files folder (a profile's trace)
+    writable. Each process adds the caches it may write (``run_probe``, ``TimingWorker``)."""
+    if not run.sandboxed:
+        return None
+    out = run.out_dir.resolve()
+    workdir = out / "probes"
+    other = run.head if side.side == "base" else run.base
+    visible = [side.tree.resolve(), out, *interpreter_folders(side.python), *entry_folders(run, side.tree)]
+    # Head's processes read base's compile caches (read-only): a kernel's cache entries name the
+    # folder it was compiled in (Triton's groups list absolute paths), and identical code must
+    # find base's kernels and autotuning choices (perfcheck/runner/timing.py ``pair_caches``). Nothing of
+    # the caches head's processes write is seen by base's.
+    caches = () if side.side == "head" else (workdir / "cache",)
+    hidden = (other.tree.resolve(), *caches, workdir / "scratch", workdir / "files")
+    shared = os.environ.get(SHARED_CACHE_ENV)
+    return Walls(
+        scratch=str(workdir / "scratch" / side.side),
+        hidden=tuple(str(p) for p in hidden),
+        visible=tuple(dict.fromkeys(str(p) for p in visible)),
+        # The one cache of SHARED_CACHE_ENV is every process's, both sides' (a test-only knob).
+        writable=(str(side_files(workdir, side.side)), *((shared,) if shared else ())),
+    )
+
+
+def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
+    kind = probes.get(probe)
+    settings = kind.settings_of(run.config) if kind is not None else None
+    return ProbeSpec(
+        probe=probe,
+        side=side.side,
+        tree=str(side.tree.resolve()),
+        device=run.device,  # type: ignore[arg-type]
+        workload=wl,
+        compile=run.config.compile,
+        export=run.config.export,
+        timing=run.config.timing,
+        ddp=run.config.ddp,
+        custom_ops=run.config.custom_ops,
+        profile=run.config.profile,
+        plugins=tuple(run.config.plugins),
+        settings=settings.model_dump(mode="json") if settings is not None else {},
+        walls=side_walls(run, side),
+    )
+
+
+def run_review(
+    run: ReviewRun,
+    progress_factory: Callable[[int], Progress] = Progress,
+    forks: ForkServers | None = None,
+    budget: Budget | None = None,
+) -> list[WorkloadReview]:
+    """Every probe of ``run``. ``forks``: fork servers a caller running several reviews keeps
+    across them (else the review starts its own and ends them with it). ``budget``: the review's
+    clock and books (a fresh one of ``review.time_budget_s`` if not given), for the caller to read
+    what was spent and cut."""
+    budget = budget or Budget(run.config.review.time_budget_s)
+    with contextlib.ExitStack() as stack:
+        if forks is None:
+            forks = stack.enter_context(ForkServers(run.out_dir.resolve() / "probes"))
+        return _Review(run, progress_factory, forks, budget).run()
+
+
+Item = tuple[WorkloadConfig, str, SideSetup]
+
+
+class _Review:
+    """One run of the orchestrator: the per-side probes, then compile latency and timing."""
+
+    def __init__(
+        self, run: ReviewRun, progress_factory: Callable[[int], Progress], forks: ForkServers, budget: Budget
+    ) -> None:
+        self.run_ = run
+        self.forks = forks
+        self.budget = budget
+        # Absolute: every worker runs with its side's tree as working directory.
+        self.workdir = run.out_dir.resolve() / "probes"
+        self.wanted = planned_probes(run.workloads, run.probes)
+        paired_names = {k.name for k in probes.kinds() if k.paired}
+        self.single: list[Item] = [
+            (wl, p, side) for wl, p in self.wanted if p not in paired_names for side in (run.base, run.head)
+        ]
+        self.paired = [(wl, p) for wl, p in self.wanted if p in paired_names]
+        self.latency_at = {
+            wl.name: latency_place(run, {p for w, p in self.wanted if w.name == wl.name})
+            for wl in run.workloads
+        }
+        # One step of the progress plan per workload whose compile latency is measured apart from
+        # its compile probe: under callgrind, or in its timing pairs' workers.
+        self.latency_owed = {
+            wl.name for wl, _ in self.paired if self.latency_at[wl.name] in ("timing", "callgrind")
+        }
+        self.progress = progress_factory(len(self.single) + len(self.paired) + len(self.latency_owed))
+        self.base_compiles: dict[str, Future[ProbeResult]] = {}
+        # Why a workload's compile latency is not callgrind's, or not measured at all.
+        self.notes: dict[str, str] = {}
+        # Timing pairs whose workers wait, idle, to make their compile-latency samples together with
+        # other workloads' (perfcheck/runner/timing.py ``take_latency``), and what those are expected to cost.
+        self.pending: list[PendingLatency] = []
+        self.reserved_s = 0.0
+
+    def run(self) -> list[WorkloadReview]:
+        from perfcheck.runner.timing import run_paired
+
+        run, workdir = self.run_, self.workdir
+        reaper.become_subreaper()  # so that no process a probe starts outlives it
+        workdir.mkdir(parents=True, exist_ok=True)
+        self.progress.say(plan_line(run, self.wanted, self.latency_at, self.budget.total_s))
+        # Per-side probes, base's compile probes first: with one at a time, head's compile of a
+        # workload starts from a copy of base's compile cache (``_compile_cache``). With jobs > 1
+        # they overlap (structure does not depend on timing). Timing runs alone, both sides at
+        # once in alternating rounds, after everything else has finished.
+        first = [i for i in self.single if i[1] == "compile" and i[2].side == "base"]
+        # With several slots, head's compiles that start from base's cache go last: each waits
+        # for base's, and its slot would idle meanwhile. (One at a time, base's is done first.)
+        last = [
+            i
+            for i in self.single
+            if run.jobs > 1 and i[1] == "compile" and i[2].side == "head" and self._shares(i[0])
+        ]
+        order = first + [i for i in self.single if i not in first and i not in last] + last
+        paired = list(self.paired)
+        with ThreadPoolExecutor(max_workers=max(1, run.jobs)) as pool:
+            futures = []
+            for item in order:
+                future = pool.submit(self._one, item)
+                if item in first:
+                    self.base_compiles[item[0].name] = future
+                futures.append((item, future))
+            lead = self._tail_lead(futures, paired)
+            try:
+                if lead is None:
+                    collected = self._structural(futures, pool)
+                else:
+                    # The first timed workload's workers set up while the last per-side probes end:
+                    # set-up times nothing, and no pair is timed before those probes are through.
+                    paired.remove(lead)
+                    partial = [f.result() for _, f in futures if f.done()]
+                    whole: list[list[ProbeResult]] = []
+
+                    def finish() -> None:
+                        whole.append(self._structural(futures, pool))
+
+                    out = self._timed(*lead, partial, run_paired, also_beside=finish)
+                    rest = whole[0] if whole else self._structural(futures, pool)  # (timing skipped)
+                    collected = _rejoined(rest, partial, out, lead[0].name)
+                collected = self._callgrind_latency(collected)
+                for wl, probe in paired:
+                    collected = self._timed(wl, probe, collected, run_paired)
+                collected = self._take_pending(collected)
+            finally:
+                for pending in self.pending:  # stopped on the way: their workers end with the review
+                    pending.close()
+        for name in sorted(self.latency_owed):  # counted in the plan, and never measured
+            self._latency_task(name).finish(f"not measured: {self.notes.get(name, 'its timing did not run')}")
+        # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
+        shutil.rmtree(workdir / "cache", ignore_errors=True)
+        reaper.reap_orphans()
+        results = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
+        for r in collected:
+            review = results[r.workload]
+            results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
+        return list(results.values())
+
+    def _structural(
+        self, futures: list[tuple[Item, Future[ProbeResult]]], pool: ThreadPoolExecutor
+    ) -> list[ProbeResult]:
+        """Every per-side probe's result, in plan order whatever finished first, and the
+        follow-ups they call for, run on the same slots."""
+        run = self.run_
+        done = {id(item): f.result() for item, f in futures}
+        collected = [done[id(item)] for item in self.single]
+        more = [
+            (wl, p, side)
+            for wl, p in _follow_ups(run, self.wanted, collected)
+            for side in (run.base, run.head)
+        ]
+        if more:
+            # Known only now: said as a line of the plan before the count grows.
+            names = ", ".join(dict.fromkeys(wl.name for wl, _, _ in more))
+            self.progress.say(
+                f"plan: + custom_ops ×{len(more)} for {names} (torch.compile or torch.export failed on a "
+                "side, or the exported graph calls a custom op: custom_ops names the op and the check)"
+            )
+            self.progress.total += len(more)
+            collected += list(pool.map(self._one, more))
+        return collected
+
+    def _tail_lead(
+        self, futures: list[tuple[Item, Future[ProbeResult]]], paired: list[tuple[WorkloadConfig, str]]
+    ) -> tuple[WorkloadConfig, str] | None:
+        """The timed workload whose workers may set up while the last per-side probes run, once
+        it has one: the first (in plan order) whose own per-side probes are done, found once no
+        probe waits for a slot, where the machine has a core for every probe still running and
+        every process of a first look. None (after waiting for every probe) where there is none:
+        one slot, a workload whose compile latency callgrind counts after the per-side probes, or
+        too few cores."""
+        run = self.run_
+        first_look = 2 * run.config.timing.processes
+        if run.jobs <= 1 or not paired or any(w == "callgrind" for w in self.latency_at.values()):
+            return None
+        waiting = {f for _, f in futures}
+        while waiting:
+            if all(f.running() or f.done() for _, f in futures):
+                running = sum(1 for _, f in futures if not f.done())
+                if running + first_look > host_cores():
+                    return None
+                for wl, probe in paired:
+                    own = [f for item, f in futures if item[0].name == wl.name]
+                    if all(f.done() for f in own):
+                        return (wl, probe) if running else None
+            _, waiting = wait(waiting, return_when=FIRST_COMPLETED)
+        return None
+
+    def _one(self, item: Item) -> ProbeResult:
+        wl, probe, side = item
+        label = f"{side.side} · {wl.name} · {probe}"
+        cache, from_base = None, False
+        if probe == "compile":
+            # Its cold compile fills the cache the timing probe's processes of this side start from;
+            # head's waits here for base's (its cost starts after).
+            cache, from_base = self._compile_cache(wl, side.side)
+        step = self.budget.begin(label, self._expected(wl, probe, side.side))
+        task = self.progress.begin(label)
+        spec = probe_spec(self.run_, wl, probe, side)
+        if probe == "compile" and self.latency_at[wl.name] == "compile probe":
+            plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
+            spec = spec.model_copy(update={"latency": plan})
+        result = run_probe(
+            spec,
+            side.python,
+            wl.timeout_s,
+            self.workdir,
+            cache,
+            extra_env=self._compile_threads(),
+            forks=self.forks,
+        )
+        reaper.check_stopping()  # killed by a stop (Ctrl-C, SIGTERM): not a crash to report
+        if from_base and result.compile is not None:
+            result = result.model_copy(
+                update={"compile": result.compile.model_copy(update={"from_base_cache": True})}
+            )
+        step.done()
+        task.finish(_outcome(result))
+        return result
+
+    def _compile_threads(self) -> dict[str, str]:
+        """With several probes at once on a GPU runner, each gets its share of Triton's compile
+        workers (at least four): four compile probes with a pool the size of the machine each started
+        64 workers,
+        each importing torch, on 16 cores."""
+        run = self.run_
+        if run.jobs <= 1 or run.device != "cuda" or "TORCHINDUCTOR_COMPILE_THREADS" in os.environ:
+            return {}
+        return {"TORCHINDUCTOR_COMPILE_THREADS": str(max(4, len(os.sched_getaffinity(0)) // run.jobs))}
+
+    def _expected(self, wl: WorkloadConfig, probe: str, side: str) -> float:
+        """A per-side probe's expected cost: base's own where it ran already, else the prior."""
+        if side == "head" and probe == "compile" and wl.name in self.base_compiles:
+            done = self.base_compiles[wl.name]
+            if done.done() and not done.cancelled() and done.exception() is None:
+                return done.result().duration_s
+        return prior(probe, self.run_.device)
+
+    def _shares(self, wl: WorkloadConfig) -> bool:
+        return shares_compile_cache(self.run_, wl, busy=len(self.single) > self.run_.jobs)
+
+    def _compile_cache(self, wl: WorkloadConfig, side: str) -> tuple[Path, bool]:
+        """The cache a side's compile probe compiles into, and whether it starts from base's.
+
+        Head's starts from a copy of base's once base's probe is through: what both sides compile
+        identically (most of a PR's graphs) is compiled once, and head compiles only what it
+        changed (ResNet-50's compile probe took 122-128 s per side on the H200, both cold). A copy,
+        not a link: head's code runs in that process and must not change what base compiled.
+        Not where the workload's first compile is held to ``budgets.compile_latency_s``, which
+        needs head's to be cold, nor across two interpreters, whose caches do not match."""
+        cache = side_caches(self.workdir, wl.name)[side]
+        shutil.rmtree(cache, ignore_errors=True)
+        if side != "head" or not self._shares(wl) or wl.name not in self.base_compiles:
+            return cache, False
+        base = self.base_compiles[wl.name].result()  # submitted first: running or done
+        source = side_caches(self.workdir, wl.name)["base"]
+        if base.status != "ok" or not source.is_dir():
+            return cache, False
+        shutil.copytree(source, cache, symlinks=True)
+        copy_base_for_head(self.workdir, wl.name)
+        return cache, True
+
+    def _callgrind_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
+        """Compile latency under callgrind where it was asked for, or where ``auto`` finds it fits;
+        the choice made for every workload whose latency is measured, with why."""
+        out = list(collected)
+        for wl in self.run_.workloads:
+            where = self.latency_at[wl.name]
+            compiled = _compiled_both(out, wl.name)
+            if where is None or compiled is None:
+                continue
+            first_s = compiled["base"].cold_compile_s
+            reserve = self._timing_estimate(wl, out) if where == "timing" else 0.0
+            have_valgrind = callgrind.valgrind() is not None
+            choice = latency_runs.choose(
+                self.run_.config.compile,
+                self.run_.device,
+                have_valgrind,
+                first_s,
+                self.budget.left() - reserve,
+            )
+            if choice.note:
+                self.notes[wl.name] = choice.note
+            if choice.measure != "callgrind":
+                if where == "compile probe":  # measured there already, by wall clock
+                    out = _with_latency(out, wl.name, _noted(compiled, choice.note))
+                continue
+            self.latency_at[wl.name] = "callgrind"
+            out = _with_latency(out, wl.name, self._run_callgrind(wl, choice))
+        return out
+
+    def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
+        run = self.run_
+        label = f"base ⇄ head · {wl.name} · compile latency (callgrind)"
+        if wl.name in self.latency_owed:
+            task = self._latency_task(wl.name, label)
+        else:  # a compile-probe measure that auto found callgrind fits: not in the plan
+            self.progress.total += 1
+            task = self.progress.begin(label)
+        step = self.budget.begin(label, choice.estimate_s)
+        sides = {"base": run.base, "head": run.head}
+
+        def launch(
+            spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str], dumps: Path
+        ) -> ProbeResult:
+            python = sides[side].python
+            return run_probe(
+                spec,
+                python,
+                wl.timeout_s,
+                self.workdir,
+                tag=tag,
+                prefix=prefix,
+                extra_env=env,
+                writable=[dumps],
+            )
+
+        specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}
+        measured = latency_runs.measure_callgrind(specs, run.config.compile.runs, launch, choice.note)
+        n = min(len(m.samples) for m in measured.values())
+        failed = [f for m in measured.values() for f in m.failures]
+        outcome = f"{n} per side" if n else f"not measured: {failed[0] if failed else ''}"
+        step.done(outcome)
+        task.finish(outcome)
+        return measured
+
+    def _timing_estimate(
+        self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int | None = None
+    ) -> float:
+        """The timing gate's first look (or ``pairs`` pairs) for ``wl``: a warm process sets up in
+        about the time base's compile probe took (both import, build and compile)."""
+        cfg = self.run_.config.timing
+        base = next(
+            (r for r in collected if r.workload == wl.name and r.probe == "compile" and r.side == "base"),
+            None,
+        )
+        setup_s = base.duration_s if base is not None else prior("compile", self.run_.device)
+        return timing_estimate_s(cfg, setup_s, pairs or cfg.processes)
+
+    def _timed(
+        self,
+        wl: WorkloadConfig,
+        probe: str,
+        collected: list[ProbeResult],
+        run_paired: Callable[..., Any],
+        also_beside: Callable[[], None] | None = None,
+    ) -> list[ProbeResult]:
+        """``wl``'s timing step; ``also_beside``: more host work to do while its workers set up."""
+        run, budget = self.run_, self.budget
+        label = f"base ⇄ head · {wl.name} · {probe}"
+        expected = self._timing_estimate(wl, collected)
+        left = budget.left() - self.reserved_s  # less what the samples still owed will take
+        if left < expected:
+            why = (
+                f"not run: its first {run.config.timing.processes} pairs would take about {expected:.0f} s, "
+                f"more than the {max(left, 0):.0f} s left of review.time_budget_s "
+                f"({budget.total_s:g} s)"
+            )
+            budget.skip(label, expected, why)
+            self.progress.begin(label).finish(why)  # a step of the plan, counted, that did not run
+            return collected + _skipped(run, wl, probe, why)
+        from perfcheck.runner.timing import latency_batch_pairs
+
+        latency_pairs = self._latency_pairs(wl, collected, expected)
+        # Its samples wait where one batch of compiles has room for them: for the next workload's
+        # set-up, or failing that for other workloads' samples.
+        defer = 0 < latency_pairs <= latency_batch_pairs()
+        owed = sum(len(p.pairs) for p in self.pending)
+        # Earlier workloads' samples are made while this one's first look sets up where the machine
+        # has a core for each of those processes (the samples' and the set-up's): the set-up is
+        # host work that times nothing, and both sides of each sample pair see it alike. Else they
+        # wait on for this workload's, while one batch has room for all, or are made now.
+        beside = owed > 0 and owed + run.config.timing.processes <= latency_batch_pairs()
+        if not beside and defer and owed + latency_pairs > latency_batch_pairs():
+            collected = self._take_pending(collected)
+        taken: list[list[ProbeResult]] = []  # what the samples made beside the set-up joined
+
+        def make_pending(so_far: list[ProbeResult] = collected) -> None:
+            taken.append(self._take_pending(so_far, during=wl.name))
+
+        latency_s = self._latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0
+        step = budget.begin(label, expected + (0.0 if defer else latency_s))
+        task = self.progress.begin(label)
+
+        def on_pair(n: int, state: str, t: Task = task) -> None:
+            t.note(f"pair {n} of {run.config.timing.processes}–{run.config.timing.max_processes}: {state}")
+
+        pair = run_paired(
+            probe_spec(run, wl, probe, run.base),
+            probe_spec(run, wl, probe, run.head),
+            run.base,
+            run.head,
+            self.workdir,
+            run.config.budgets,
+            on_pair=on_pair,
+            latency_pairs=latency_pairs,
+            deadline=budget.deadline() - self.reserved_s,
+            forks=self.forks,
+            defer_latency=self._may_hold if defer else None,
+            beside_setup=_in_turn([make_pending] if beside else [], also_beside),
+        )
+        if taken:
+            collected = taken[0]
+        outcome = _paired_outcome(pair.base, pair.head)
+        if pair.pending is not None:
+            self.pending.append(pair.pending)
+            self.reserved_s += latency_s
+        step.done(parts_s=pair.parts_s)
+        task.finish(f"{outcome}{parts_said(pair.parts_s)}")
+        out = [*collected, pair.base, pair.head]
+        if pair.pending is None and latency_pairs:
+            spent = pair.parts_s.get("compile latency", 0.0)
+            self._latency_task(wl.name).finish(
+                f"{_samples_said(pair.latency)}, made in the timing step above ({spent:.0f} s of it)"
+            )
+        if latency_pairs and pair.latency:
+            out = self._with_samples(out, wl.name, pair.latency)
+        elif self.latency_at[wl.name] == "timing" and (note := self.notes.get(wl.name)):
+            out = _with_latency(
+                out, wl.name, dict.fromkeys(("base", "head"), CompileLatency(measure="wall", note=note))
+            )
+        return out
+
+    def _with_samples(
+        self, results: list[ProbeResult], workload: str, latency: Mapping[str, CompileLatency]
+    ) -> list[ProbeResult]:
+        note = self.notes.get(workload)
+        return _with_latency(
+            results, workload, {s: m.model_copy(update={"note": note}) for s, m in latency.items()}
+        )
+
+    def _latency_task(self, workload: str, label: str | None = None) -> Task:
+        """The step of the progress plan counted for ``workload``'s compile latency, begun."""
+        self.latency_owed.discard(workload)
+        return self.progress.begin(label or f"base ⇄ head · {workload} · compile latency")
+
+    def _may_hold(self, pending: PendingLatency) -> bool:
+        """Whether ``pending``'s workers may wait, idle, beside those waiting already: their device
+        memory (each process's peak, a quarter again for the allocator's cache, 768 MiB for its
+        context) within 70 % of the GPU's, which leaves the rest to the next workload's processes,
+        and the host's memory more than a third free. (The suite's ResNet-50 and ViT-B/16 training
+        steps peak at 5.6 and 5.2 GB a process on the H200: both wait, in 90 of its 141 GB.)"""
+        waiting = [*self.pending, pending]
+        device_total = max(p.device_total_mb() for p in waiting)
+        if device_total > 0:
+            processes = sum(2 * len(p.pairs) for p in waiting)
+            need = 1.25 * sum(p.held_device_mb() for p in waiting) + 768 * processes
+            if need > 0.7 * device_total:
+                return False
+        return host_memory_free_share() > 1 / 3
+
+    def _take_pending(self, collected: list[ProbeResult], during: str | None = None) -> list[ProbeResult]:
+        """The samples the waiting workers owe, made all at once, joined to their workloads'
+        compile results; within what is left of the review's time budget, else cut, saying so.
+        ``during``: the workload whose timing workers set up meanwhile, said in the step's line."""
+        from perfcheck.runner.timing import take_latency
+
+        if not self.pending:
+            return collected
+        pending, expected = self.pending, self.reserved_s
+        self.pending, self.reserved_s = [], 0.0
+        names = [p.workload for p in pending]
+        label = f"base ⇄ head · {', '.join(names)} · compile latency"
+        tasks = {name: self._latency_task(name) for name in names}
+        if self.budget.left() < expected:
+            why = (
+                f"not measured: its samples would take about {expected:.0f} s, more than the "
+                f"{max(self.budget.left(), 0):.0f} s left of review.time_budget_s"
+            )
+            for p in pending:
+                p.close()
+            self.budget.skip(label, expected, why)
+            for name, task in tasks.items():
+                self.notes[name] = why
+                task.finish(why)
+            return collected
+        step = self.budget.begin(label, expected)
+        measured = take_latency(pending)
+        step.done()
+        others = {name: [n for n in names if n != name] for name in names}
+        for name, task in tasks.items():
+            beside = f", made beside {', '.join(others[name])}'s" if others[name] else ""
+            if during is not None:
+                beside += f", while {during}'s timing workers set up"
+            task.finish(f"{_samples_said(measured.get(name, {}))}{beside}")
+            if measured.get(name):
+                collected = self._with_samples(collected, name, measured[name])
+        return [_with_sample_phases(r, pending) for r in collected]
+
+    def _latency_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int) -> float:
+        compiled = _compiled_both(collected, wl.name)
+        first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
+        cores = len(os.sched_getaffinity(0))
+        return latency_estimate_s(first, pairs, cores, self.run_.config.compile.rebuild_kernels)
+
+    def _latency_pairs(self, wl: WorkloadConfig, collected: list[ProbeResult], timing_s: float) -> int:
+        """How many of the timing pairs also make the compile-latency samples: ``compile.runs``, or
+        fewer where what is left of the budget after the timing's first look cannot pay for them
+        (at least two, else none), said in the cuts and the compile-latency row."""
+        if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
+            return 0
+        runs = self.run_.config.compile.runs
+        left = self.budget.left() - self.reserved_s - timing_s
+        affordable = next(
+            (n for n in range(runs, 1, -1) if self._latency_estimate(wl, collected, n) <= left), 0
+        )
+        if affordable >= runs:
+            return runs
+        what = f"{wl.name}: compile latency"
+        if affordable >= 2:
+            self.budget.cut(
+                f"{what}: {affordable} cache-cold compiles per side instead of {runs}, to fit "
+                "review.time_budget_s"
+            )
+            return affordable
+        cost = self._latency_estimate(wl, collected, runs)
+        why = (
+            f"not measured: {runs} pairs of cache-cold compiles would take about {cost:.0f} s, more "
+            f"than the review's time budget leaves"
+        )
+        self.budget.cut(f"{what}: {why}")
+        self.notes[wl.name] = why
+        return 0
+
+
+def host_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def _in_turn(works: list[Callable[[], None]], last: Callable[[], None] | None) -> Callable[[], None] | None:
+    """One callable doing ``works`` then ``last``, or None where there is nothing to do."""
+    todo = [*works, *([last] if last is not None else [])]
+    if not todo:
+        return None
+
+    def run_all() -> None:
+        for work in todo:
+            work()
+
+    return run_all
+
+
+def _rejoined(
+    whole: list[ProbeResult], partial: list[ProbeResult], timed: list[ProbeResult], workload: str
+) -> list[ProbeResult]:
+    """Every per-side result (``whole``) with ``workload``'s as its timing step left them
+    (``timed``, which began from ``partial``: samples joined, timing results added), and any of
+    ``workload``'s that ended later (a follow-up)."""
+    began = {id(r) for r in partial}
+    later = [r for r in whole if r.workload == workload and id(r) not in began]
+    return [r for r in whole if r.workload != workload] + [r for r in timed if r.workload == workload] + later
+
+
+def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | None:
+    """Where a workload's compile latency is measured (perfcheck/runner/latency_runs.py), or None: not where
+    no compile is cold (``PERFCHECK_COMPILE_CACHE``), nor with ``compile.measure: off``, nor
+    without the compile probe, whose results it joins."""
+    measure = run.config.compile.measure
+    if os.environ.get(SHARED_CACHE_ENV) or measure == "off" or "compile" not in planned:
+        return None
+    if measure == "callgrind":
+        return "callgrind"
+    # A compiled timing worker has compiled once and sits idle after its rounds: the place to make
+    # a cache-cold compile that pays nothing a fresh process would.
+    return "timing" if "timing" in planned and run.config.timing.compiled else "compile probe"
+
+
+def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig, busy: bool = False) -> bool:
+    """Whether head's compile probe waits for base's and starts from a copy of its cache: where
+    probes run one at a time (--jobs 1, a CPU's default), waiting costs nothing and what both sides
+    compile alike is compiled once; so too where there are more per-side probes than slots
+    (``busy``), whose slot does other probes' work meanwhile (head's compiles are queued last).
+    Where every probe has a slot of its own (a GPU runner's default, one workload), the sides
+    compile at the same time instead, on cores that would idle: measured on the H200, a Llama
+    review's head waited 39 s for base and then compiled its changed attention for 59 s anyway."""
+    return (
+        (run.jobs <= 1 or busy)
+        and run.base.python == run.head.python
+        and wl.name not in run.config.budgets.compile_latency_s
+    )
+
+
+def _compiled_both(results: list[ProbeResult], workload: str) -> dict[str, CompileMetrics] | None:
+    """Both sides' compile metrics of ``workload`` where both compiled, else None."""
+    got = {
+        r.side: r.compile
+        for r in results
+        if r.workload == workload and r.probe == "compile" and r.status == "ok"
+    }
+    if set(got) != {"base", "head"} or any(m is None for m in got.values()):
+        return None
+    return got  # type: ignore[return-value]
+
+
+def _with_latency(
+    results: list[ProbeResult],
+    workload: str,
+    measured: Mapping[Side, CompileLatency] | Mapping[str, CompileLatency],
+) -> list[ProbeResult]:
+    """The compile results of ``workload`` with each side's compile-latency samples."""
+    out = []
+    for r in results:
+        if r.workload == workload and r.probe == "compile" and r.compile is not None and r.side in measured:
+            r = r.model_copy(update={"compile": r.compile.model_copy(update={"latency": measured[r.side]})})
+        out.append(r)
+    return out
+
+
+def _noted(compiled: Mapping[str, CompileMetrics], note: str | None) -> dict[str, CompileLatency]:
+    """Each side's compile latency as measured, with ``note`` (why it is what it is)."""
+    return {
+        side: (m.latency or CompileLatency(measure="wall")).model_copy(update={"note": note})
+        for side, m in compiled.items()
+    }
+
+
+def _skipped(run: ReviewRun, wl: WorkloadConfig, probe: str, why: str) -> list[ProbeResult]:
+    return [
+        ProbeResult(probe=probe, workload=wl.name, side=side, status="skipped", duration_s=0.0, message=why)
+        for side in ("base", "head")
+    ]
+
+
+def plan_line(
+    run: ReviewRun,
+    wanted: list[tuple[WorkloadConfig, str]],
+    latency_at: Mapping[str, latency_runs.Where | None],
+    budget_s: float,
+) -> str:
+    """The plan, said before anything runs: which probes of which workloads, what each costs
+    before this review measured anything (a prior), and the budget they are fitted to."""
+    per_side = [p for _, p in wanted if p != "timing"]
+    kinds = list(dict.fromkeys(per_side))
+    parts = [f"{k} ×{2 * per_side.count(k)} (~{prior(k, run.device):.0f} s each)" for k in kinds]
+    timed = [w.name for w, p in wanted if p == "timing"]
+    cfg = run.config.timing
+    if timed:
+        parts.append(
+            f"timing of {len(timed)} workload{'s' if len(timed) != 1 else ''} "
+            f"({cfg.processes}–{cfg.max_processes} pairs each)"
+        )
+    where = {v for v in latency_at.values() if v is not None}
+    if where:
+        places = {
+            "timing": "in the timing pairs",
+            "compile probe": "in the compile probes",
+            "callgrind": "under callgrind",
+        }
+        parts.append(
+            f"compile latency ({run.config.compile.runs} cache-cold compiles a side, "
+            + " / ".join(places[w] for w in sorted(where))
+            + ")"
+        )
+    return f"plan: {', '.join(parts)}; review.time_budget_s {budget_s:g} s"
+
+
+def _follow_ups(
+    run: ReviewRun, wanted: list[tuple[WorkloadConfig, str]], done: list[ProbeResult]
+) -> list[tuple[WorkloadConfig, str]]:
+    """Probes the first results call for: custom_ops on a workload whose exported graph (on either
+    side) calls a custom op, or where torch.compile or torch.export failed on a side (a custom op's
+    fake kernel that disagrees with the real one stops both: opcheck names the op, where the
+    exported graph that would have shown it never came), where its probes were left to the
+    defaults. Its eager step finds the custom ops the workload calls; where there are none it
+    says so and nothing more."""
+    from perfcheck.core.probes.custom_ops import custom_ops_in_export
+
+    out = []
+    for wl in run.workloads:
+        planned = {p for w, p in wanted if w.name == wl.name}
+        if "custom_ops" not in follow_up_probes(run.config, wl, planned, run.probes):
+            continue
+        mine = [r for r in done if r.workload == wl.name]
+        exports = [r for r in mine if r.probe == "export"]
+        rejected = any(r.status == "failed" and r.probe in ("compile", "export") for r in mine)
+        if rejected or any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
+            out.append((wl, "custom_ops"))
+    return out
+
+
+def parts_said(parts_s: Mapping[str, float]) -> str:
+    """A step's parts as its progress line ends: ' — set-up 24 s, pairs 20 s, ...', the parts
+    of a second or more, largest first."""
+    said = [f"{name} {s:.0f} s" for name, s in sorted(parts_s.items(), key=lambda kv: -kv[1]) if s >= 1]
+    return f" — {', '.join(said)}" if said else ""
+
+
+def _with_sample_phases(result: ProbeResult, pending: Sequence[PendingLatency]) -> ProbeResult:
+    """A timing result whose pairs made their samples after it was written, with the seconds each
+    of its processes spent on its sample among its phases, as where they were made at once."""
+    spent = next((p.latency_s() for p in pending if p.workload == result.workload), None)
+    if result.probe != "timing" or result.timing is None or spent is None:
+        return result
+    mine = spent.get(result.side, {})
+    processes = [
+        p.model_copy(update={"phases_s": {**p.phases_s, "latency": mine[i]}}) if i in mine else p
+        for i, p in enumerate(result.timing.processes)
+    ]
+    return result.model_copy(update={"timing": result.timing.model_copy(update={"processes": processes})})
+
+
+def _samples_said(latency: Mapping[str, CompileLatency]) -> str:
+    """'3 cache-cold per side', or why there are none."""
+    n = min((len(m.samples) for m in latency.values()), default=0)
+    if n:
+        return f"{n} cache-cold per side"
+    failures = [f for m in latency.values() for f in m.failures]
+    return f"not measured: {failures[0] if failures else 'no sample came back'}"
+
+
+def host_memory_free_share() -> float:
+    """The share of the host's memory the kernel says is available (1.0 where it does not say)."""
+    try:
+        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+        return int(fields["MemAvailable"].split()[0]) / int(fields["MemTotal"].split()[0])
+    except (OSError, KeyError, ValueError, ZeroDivisionError):
+        return 1.0
+
+
+def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:
+    figures = throughput_figures(base.timing, head.timing)
+    if head.timing and figures:
+        name, b, h = figures
+        what = METRIC_LABELS[name].replace(" / step", "")
+        return f"ok, {len(head.timing.processes)} process pairs, {what} {b:.3f} → {h:.3f} ms"
+    return "; ".join(f"{r.side} {_outcome(r)}" for r in (base, head))

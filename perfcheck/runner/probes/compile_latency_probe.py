@@ -1,0 +1,36 @@
+"""Cache-cold compiles of one workload in a process of its own, counted under callgrind.
+
+Valgrind must start the process, so callgrind's compiles cannot run in a process that is there
+anyway: the orchestrator runs this worker-only probe (``compile_latency``) under valgrind, one
+process a side, and hands its samples to the side's compile result (perfcheck/runner/latency_runs.py). The
+first compile of the process is a warm-up and is not counted (perfcheck/runner/cold_compile.py says why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from perfcheck.runner.callgrind import Counter
+from perfcheck.runner.cold_compile import cold_compile
+from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.schema import CompileLatency
+from perfcheck.spec import ProbeSpec
+
+
+class CompileLatencyProbe:
+    name = "compile_latency"
+
+    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
+        plan = spec.latency
+        if plan is None:
+            raise ValueError("compile_latency needs the spec's latency plan")
+        counter = Counter() if plan.measure == "callgrind" else None
+        cold_compile(spec, build, None)  # the warm-up: what a process pays once
+        samples = [cold_compile(spec, build, counter) for _ in range(plan.compiles)]
+        latency = CompileLatency(measure=plan.measure, samples=samples)
+        return ProbeOutput(metrics={"metrics": {"latency": latency.model_dump(mode="json")}})
+
+
+@register("compile_latency")
+def _factory() -> CompileLatencyProbe:
+    return CompileLatencyProbe()

@@ -1,0 +1,376 @@
+"""The compile probe: graph count, graph breaks with their source lines, recompiles, cold compile.
+
+Three passes, each over a freshly built model. The timed pass goes first, so the cold compile
+really is cold in this process: ``torch.compile`` with the configured backend, one step, then the
+same inputs again (a recompile there is one every step pays). Then the recompile check's other
+batch, under Dynamo alone (backend ``eager``): a guard that fails on another batch size is
+Dynamo's, whatever the backend, and under Inductor the automatic-dynamic recompile it provokes
+was a second full compile (on the H200 about as long as the first, 50 s of ResNet-50's probe)
+that nothing else uses. Last, ``torch._dynamo.explain`` gives the graph breaks with Dynamo's own
+user stacks; breaks too are a Dynamo decision and do not depend on the backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch._dynamo
+from torch._dynamo.utils import counters, guard_failures
+
+from perfcheck.runner import break_log
+from perfcheck.runner import step as steps
+from perfcheck.runner.break_log import LoggedBreak
+from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
+from perfcheck.runner.locate import innermost_user_frame, to_location
+from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.schema import CompileLatency, CompileMetrics, GraphBreak, Recompile, SourceLocation
+from perfcheck.spec import ProbeSpec
+
+_GUARD_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
+_WRAPPED = re.compile(r"got (\w+(?:Error|Exception))\(['\"](.+?)['\"]\)")
+
+
+def break_type(reason: str) -> str:
+    """Dynamo's one-line break type: the first line of its reason in torch >= 2.7."""
+    first = reason.strip().splitlines()[0] if reason.strip() else "unknown"
+    return first.strip()
+
+
+def _recompiled_at(code: Any, tree: Path) -> SourceLocation:
+    """Where a recompiled code object starts, as the user reads it: a resume function's first line
+    is the line of the original function where it resumes, and its name is the original's."""
+    match = re.match(r"torch_dynamo_resume_in_(\w+?)_at_\d+$", code.co_name)
+    name = match.group(1) if match else code.co_name
+    return to_location(traceback.FrameSummary(code.co_filename, code.co_firstlineno, name), tree)
+
+
+# The guarded value's name in a failed guard: the last attribute of a path from the frame's
+# ``self`` (``self._modules['neuron']._buffers['v']``, ``L['self'].layers[0].mem``).
+_GUARDED = re.compile(r"(?:L\['self'\]|\bself)((?:\.\w+|\[[^\]]*\])+)")
+_ATTR = re.compile(r"\.(\w+)|\['(\w+)'\]")
+_MAX_SOURCES = 2000  # files of the tree searched for where a guarded value is made
+
+
+def guarded_name(reason: str) -> str | None:
+    """The attribute a failed guard checks, or None when it guards a local or an input."""
+    match = _GUARDED.search(reason)
+    if match is None:
+        return None
+    names = [a or b for a, b in _ATTR.findall(match.group(1))]
+    names = [n for n in names if n not in ("_buffers", "_parameters", "_modules")]
+    return names[-1] if names else None
+
+
+_TENSOR_GUARD = re.compile(r"\b(size|rank|stride|dtype|device|requires_grad) mismatch")
+
+
+def made_at(name: str, tree: Path, prefer: str | None, tensor: bool = False) -> SourceLocation | None:
+    """Where the tree makes attribute ``name``, in the recompiled frame's own file first. For a
+    tensor's metadata (``tensor=True``: a size, rank or dtype guard) where it gets the metadata
+    the guard expected: its ``register_buffer``/``register_parameter`` call; for a Python value
+    (``self.calls == 1``) where it changes: an augmented assignment (``self.calls += 1``); then any
+    assignment to ``self.<name>``."""
+    escaped = re.escape(name)
+    registered = re.compile(rf"""register_(?:buffer|parameter)\(\s*['"]{escaped}['"]""")
+    changed = re.compile(rf"\bself\.{escaped}\s*(?:[-+*/%@&|^]|//|\*\*|<<|>>)=")
+    assigned = re.compile(rf"\bself\.{escaped}\s*=(?!=)")
+    patterns = [registered, changed, assigned] if tensor else [changed, registered, assigned]
+    files = sorted(tree.rglob("*.py"))[:_MAX_SOURCES]
+    if prefer is not None:
+        files.sort(key=lambda f: f.relative_to(tree).as_posix() != prefer)
+    for pattern in patterns:
+        for file in files:
+            try:
+                lines = file.read_text(errors="replace").splitlines()
+            except OSError:
+                continue
+            for n, line in enumerate(lines, start=1):
+                if pattern.search(line):
+                    frame = traceback.FrameSummary(str(file), n, _enclosing_def(lines, n), line=line.strip())
+                    return to_location(frame, tree)
+    return None
+
+
+def _enclosing_def(lines: list[str], line: int) -> str:
+    """The function a 1-based ``line`` of a file is in, by the nearest ``def`` above it."""
+    for text in reversed(lines[: line - 1]):
+        match = re.match(r"\s*(?:async\s+)?def\s+(\w+)", text)
+        if match:
+            return match.group(1)
+    return "<module>"
+
+
+def _recompile_reasons(tree: Path) -> list[Recompile]:
+    out: list[Recompile] = []
+    seen: set[tuple[str, str]] = set()
+    for code, reasons in guard_failures.items():
+        for reason in reasons:
+            text = _guard_text(reason)
+            key = (code.co_name, text)
+            if key not in seen:
+                seen.add(key)
+                location = _recompiled_at(code, tree)
+                name = guarded_name(text)
+                prefer = location.path if location.in_tree else None
+                origin = made_at(name, tree, prefer, bool(_TENSOR_GUARD.search(text))) if name else None
+                out.append(Recompile(function=code.co_name, reason=text, location=location, made_at=origin))
+    return out
+
+
+def compiled_frame_names(tree: Path) -> list[str]:
+    """Every frame Dynamo compiled in this process as a frame of its own, as ``function path:line``."""
+    from torch._dynamo.utils import get_compilation_metrics
+
+    names = []
+    for m in get_compilation_metrics():
+        if m.co_name and m.co_filename:
+            frame = traceback.FrameSummary(m.co_filename, m.co_firstlineno or 0, m.co_name)
+            loc = to_location(frame, tree)
+            names.append(f"{m.co_name} {loc.path}:{loc.line}")
+    return sorted(set(names))
+
+
+# Dynamo's note when it gives up on a frame after a break it cannot resume from; the break itself
+# is logged beside it, so the note marks that break rather than being one.
+_FELL_BACK = "Failed to handle graph break gracefully"
+
+
+def _wording(reason: str) -> int:
+    """How fully a reason says what happened: Dynamo's registry entries ("Explanation:", hints, a
+    documentation link) over its terse developer strings (``generic_jump TensorVariable()``)."""
+    text = reason.strip()
+    if text.startswith(_FELL_BACK):
+        return 0
+    return 2 if "Explanation:" in text else 1
+
+
+def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None = None) -> list[GraphBreak]:
+    """Every break, one per line of the tree that reached it: ``explain``'s, with its user
+    stacks, and those Dynamo logged while compiling that explain does not list (a break at a
+    frame's first line, in a generator, ...). Dynamo reports one break up to three times (explain's
+    terse reason, its log's registry entry, a note that it fell back to eager); they are one
+    break, with the fullest wording. A break inside an installed package is placed at the tree's
+    line that called into it, with the package's line as its origin."""
+    places: dict[tuple[str, int], dict[str, Any]] = {}
+    events = [(r.reason, r.user_stack, "explain") for r in explained.break_reasons]
+    events += [(lb.reason, lb.stack, "log") for lb in logged or []]
+    for reason, stack, source in events:
+        if not stack:
+            continue
+        frame = innermost_user_frame(stack, tree) or stack[-1]
+        location = to_location(frame, tree)
+        place = places.setdefault(
+            (location.path, location.line),
+            {"location": location, "reason": "", "explain": 0, "log": 0, "fell_back": False, "origin": None},
+        )
+        if reason.strip().startswith(_FELL_BACK):
+            place["fell_back"] = True
+            continue
+        place[source] += 1
+        if _wording(reason) > _wording(place["reason"]):
+            place["reason"] = reason.strip()
+        innermost = stack[-1]
+        if place["origin"] is None and location.in_tree and innermost is not frame:
+            place["origin"] = to_location(innermost, tree)
+    return [
+        GraphBreak(
+            break_type=break_type(p["reason"] or _FELL_BACK),
+            reason=p["reason"] or _FELL_BACK,
+            location=p["location"],
+            # explain counts each break it took; the log repeats them, and adds those explain misses
+            count=max(p["explain"], p["log"], 1),
+            origin=p["origin"],
+            fell_back=p["fell_back"],
+        )
+        for p in places.values()
+    ]
+
+
+def rejected(err: BaseException, backend: str, tree: Path) -> ProbeOutput:
+    """torch.compile raising inside torch (a Dynamo, fake-tensor or backend error) on the side's
+    code: a failed probe with torch's error and the user's frame, not a crash. Dynamo keeps the
+    user's stack on the exception (``real_stack``); the traceback is torch's own."""
+    stack = getattr(err, "real_stack", None) or traceback.extract_tb(err.__traceback__)
+    frame = innermost_user_frame(stack, tree)
+    metrics = CompileMetrics(
+        backend=backend,
+        graph_count=0,
+        graph_break_count=0,
+        recompile_count=0,
+        cold_compile_s=0.0,
+        error_type=type(err).__name__,
+        error_message=str(err)[:20_000],
+        error_location=to_location(frame, tree) if frame is not None else None,
+    )
+    first = (str(err).strip().splitlines() or [""])[0]
+    return ProbeOutput(
+        status="failed",
+        message=f"torch.compile fails: {type(err).__name__}: {first}",
+        metrics={"compile": metrics},
+    )
+
+
+def _second_batch(step: Callable[..., Any], built: Workload) -> str | None:
+    """Call with another batch (the workload's own second inputs, else half the batch) and the
+    main inputs again; None when that ran. Its failure is a note on the recompile row: the
+    graphs and breaks already measured stand."""
+    if built.second_given and built.second is None:
+        return "not run: the workload gives no second inputs"
+    second = built.second
+    if second is None:
+        second = steps.resize_batch(built.inputs, max(1, steps.batch_size(built.inputs) // 2))
+    try:
+        step(*second)
+        step(*built.inputs)
+    except Exception as err:  # the model's own code on inputs it was not written for
+        # Dynamo wraps what the model's own code raised on fake tensors ("... got RuntimeError('The
+        # size of tensor a (4) must match ...')"); name that.
+        inner = _WRAPPED.search(str(err))
+        name, text = (inner.group(1), inner.group(2)) if inner else (type(err).__name__, str(err))
+        first = (text.strip().splitlines() or [""])[0][:200]
+        size = "its second inputs" if built.second is not None else f"a batch of {steps.batch_size(second)}"
+        return f"not checked: the model raises on {size} ({name}: {first})"
+    return None
+
+
+def _recompile_counts() -> dict[tuple[str, str], int]:
+    """How many times each guard has failed so far, per frame and guard text."""
+    out: dict[tuple[str, str], int] = {}
+    for code, reasons in guard_failures.items():
+        for reason in reasons:
+            key = (code.co_name, _guard_text(reason))
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _guard_text(reason: Any) -> str:
+    # Each entry is "<frame>/<cache entry>: <failed guard>  # <source> (HINT ...)\nUser stack...";
+    # keep the guard and its source comment, drop the cache-entry index and the stack.
+    text = _GUARD_PREFIX.sub("", str(reason).split("\nUser stack trace:")[0]).strip()
+    return re.sub(r"\s{2,}#", "  #", text)
+
+
+class CompileProbe:
+    name = "compile"
+
+    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
+        wl = spec.workload
+        tree = Path(spec.tree)
+        cfg = spec.compile
+
+        if spec.device == "cpu":
+            # The timing workers run ATen on this many threads, and Inductor's C++ kernels are
+            # generated for the thread count they are compiled under: compiled under another, this
+            # probe's cold compile would fill a cache the timing processes cannot use.
+            torch.set_num_threads(spec.timing.cpu_threads)
+        torch._dynamo.reset()
+        counters.clear()
+        guard_failures.clear()
+        built = build()
+        model = steps.prepare(built.model, wl.train)
+        compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
+        step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
+
+        with break_log.recording() as logged:
+            start = time.perf_counter()
+            try:
+                step(*built.inputs)
+            except torch._dynamo.exc.TorchDynamoException as err:
+                return rejected(err, cfg.backend, tree)
+            steps.synchronize(spec.device)
+            cold = time.perf_counter() - start
+        breakdown = compile_breakdown()
+        first_frames = compiled_frames()
+        during_first = {(r.function, r.reason) for r in _recompile_reasons(tree)}
+
+        # Same inputs again must hit the cache. A guard that fails on the first repeat may only see
+        # state the first step set up (a buffer that took the batch's shape); one that fails again
+        # on the next repeats fails every step.
+        step(*built.inputs)
+        once = _recompile_counts()
+        for _ in range(2):
+            step(*built.inputs)
+        steps.synchronize(spec.device)
+        again = _recompile_counts()
+        recompiles = [
+            r.model_copy(update={"every_step": True})
+            if (r.function, r.reason) not in during_first
+            and again.get((r.function, r.reason), 0) > once.get((r.function, r.reason), 0)
+            else r
+            for r in _recompile_reasons(tree)
+        ]
+        recompile_count = compiled_frames() - first_frames
+        del compiled, step, model, built
+
+        # Another batch size shows shape specialisation: Dynamo's guards, checked without a
+        # backend compile of the graphs they guard.
+        torch._dynamo.reset()
+        guard_failures.clear()
+        other = build()
+        traced = torch.compile(steps.prepare(other.model, wl.train), backend="eager", dynamic=cfg.dynamic)
+        traced_step = steps.make_step(traced, wl.train, wl.amp, spec.device)
+        traced_step(*other.inputs)
+        before_second = compiled_frames()
+        second_batch = _second_batch(traced_step, other)
+        steps.synchronize(spec.device)
+        seen = {(r.function, r.reason) for r in recompiles}
+        recompiles += [r for r in _recompile_reasons(tree) if (r.function, r.reason) not in seen]
+        recompile_count += compiled_frames() - before_second
+        frames = compiled_frame_names(tree)
+        del traced, traced_step, other
+
+        torch._dynamo.reset()
+        fresh = build()
+        fresh_model = steps.prepare(fresh.model, wl.train)
+        with (
+            steps.autocast(wl.amp, spec.device),
+            torch.no_grad() if not wl.train else contextlib.nullcontext(),
+        ):
+            explained = torch._dynamo.explain(fresh_model)(*fresh.inputs)
+        torch._dynamo.reset()
+
+        breaks = graph_breaks_of(explained, tree, logged)
+        latency = _cold_compiles(spec, build) if spec.latency is not None else None
+        metrics = CompileMetrics(
+            backend=cfg.backend,
+            # Dynamo's own counts (explain's): the findings list each break's line once.
+            graph_count=explained.graph_count,
+            graph_break_count=max(explained.graph_break_count, len(breaks)),
+            graph_breaks=breaks,
+            recompile_count=recompile_count,
+            recompiles=recompiles,
+            frames=frames,
+            second_batch=second_batch,
+            cold_compile_s=round(cold, 4),
+            compile_breakdown_s=breakdown,
+            op_count=explained.op_count,
+            latency=latency,
+        )
+        return ProbeOutput(metrics={"compile": metrics})
+
+
+def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLatency:
+    """Compile latency where no timing pairs run to measure it (perfcheck/runner/cold_compile.py): one
+    unmeasured cache-cold compile first, so that both sides measure after the same warm-up (head's
+    first compile may have read base's cache), then ``spec.latency.compiles`` measured ones."""
+    from perfcheck.runner.cold_compile import cold_compile
+
+    assert spec.latency is not None
+    # On a GPU the probe's own compile started Inductor's pool of Triton compile workers, and the
+    # samples look their kernels up in it, as a timing worker's do.
+    pooled = spec.device == "cuda" and spec.compile.backend == "inductor"
+    cold_compile(spec, build, None, pooled=pooled)
+    samples = [cold_compile(spec, build, None, pooled=pooled) for _ in range(spec.latency.compiles)]
+    return CompileLatency(measure="wall", samples=samples)
+
+
+@register("compile")
+def _factory() -> CompileProbe:
+    return CompileProbe()
