@@ -94,3 +94,27 @@ def test_custom_template_folder_overrides(tmp_path: Path) -> None:
 def test_review_roundtrips(tmp_path: Path) -> None:
     review = load_review(DATA / "demo-result.json")
     assert Review.model_validate_json(review.model_dump_json()) == review
+
+
+def test_a_rows_figures_are_values_with_units_formatted_in_one_place() -> None:
+    """The timing probe's rows carry figures (value, unit), not text: the comment, the summaries
+    and the HTML report print them through one formatter (perfcheck/core/markdown.py)."""
+    from perfcheck.core.markdown import Figure, count, figure
+
+    assert figure(Figure(1234.5678, "ms", 3)) == "1,234.568 ms"
+    assert (
+        figure(Figure(-12.0, "MB", signed=True)) == "-12 MB"
+        and str(Figure(3.0, "MB", signed=True)) == "+3 MB"
+    )
+    assert (
+        figure(Figure(2500.0, "/s")) == "2,500 /s"
+        and figure(count(12.0)) == "12"
+        and figure(count(2.5)) == "2.5"
+    )
+    from perfcheck.core.render import workload_rows
+
+    review = load_review(DATA / "demo-result.json")
+    rows = workload_rows(review.workloads[0])
+    figures = [c for r in rows for c in (r.base, r.head) if isinstance(c, Figure)]
+    assert {f.unit for f in figures} >= {"ms", "/s"}  # the step time and the throughput
+    assert all(str(f) == figure(f) for f in figures)

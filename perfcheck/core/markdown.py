@@ -7,6 +7,7 @@ and is rendered only through these functions.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 # Characters that open inline markup anywhere; block markup is only possible at a line start.
 _SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -26,6 +27,35 @@ _BACKTICKS = re.compile(r"`+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 _CONTROL_ANY = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured value with its unit, as a probe's table row carries it: formatted here, once,
+    for the comment, the summaries and the HTML report alike (``str`` of it, so a template's
+    ``cell`` filter or HTML escaping prints it formatted, and a project's own template can read
+    ``value`` and ``unit``)."""
+
+    value: float
+    unit: str = ""  # after a space: "ms", "MB", "/s"; "" for a count
+    places: int = 0  # decimals shown
+    signed: bool = False  # a change: its sign always shown
+
+    def __str__(self) -> str:
+        return figure(self)
+
+
+def figure(f: Figure) -> str:
+    """``1,234.567 ms``, ``+12 MB``, ``3,072``: thousands separated, the figure's decimals, its
+    unit after a space."""
+    number = f"{f.value:{'+' if f.signed else ''},.{f.places}f}"
+    return f"{number} {f.unit}" if f.unit else number
+
+
+def count(n: float) -> Figure:
+    """A count per step: whole where it is whole, else to a tenth (a median over processes)."""
+    return Figure(n, places=0 if float(n).is_integer() else 1)
+
 
 # The most one field may take of a comment: a 200 KB line in one finding must not crowd out the rest.
 CELL_LIMIT = 2_000

@@ -8,7 +8,9 @@ from collections import Counter
 
 from perfcheck.config import Config
 from perfcheck.core import compile_latency, deltas
+from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import (
+    Cell,
     Compared,
     ProbeKind,
     Row,
@@ -280,11 +282,11 @@ STAGE_LABELS = {
 }
 
 
-def latency_figure(value: float, measure: str) -> str:
-    """An instruction count in millions (``372.4 M instr``) or seconds."""
+def latency_figure(value: float, measure: str) -> Figure:
+    """An instruction count in millions (``372.4 M instr``) or billions, or seconds."""
     if measure == "callgrind":
-        return f"{value / 1e9:,.2f} G instr" if value >= 1e10 else f"{value / 1e6:,.1f} M instr"
-    return f"{value:,.2f} s"
+        return Figure(value / 1e9, "G instr", 2) if value >= 1e10 else Figure(value / 1e6, "M instr", 1)
+    return Figure(value, "s", 2)
 
 
 def _stage_words(change: CompileLatencyChange) -> str:
@@ -408,7 +410,7 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
         bm = bc.compile if bc else None
         hm = hc.compile if hc else None
 
-        def cell(r: ProbeResult | None, value: str | None) -> str:
+        def cell(r: ProbeResult | None, value: Cell | None) -> Cell:
             return status_cell(r) or (value if value is not None else "—")
 
         rows.append(
@@ -446,10 +448,16 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
             Row(
                 # One cold compile per side: the Δ is a single measurement's, not an estimate.
                 f"{first} ({either.backend}, one run each){role}" if either else f"{first} (one run each)",
-                cell(bc, f"{bm.cold_compile_s:.2f} s" if bm else None),
+                cell(bc, Figure(bm.cold_compile_s, "s", 2) if bm else None),
                 cell(
                     hc,
-                    f"{hm.cold_compile_s:.2f} s" + (" (from base's cache)" if warm else "") if hm else None,
+                    (
+                        f"{Figure(hm.cold_compile_s, 's', 2)} (from base's cache)"
+                        if warm
+                        else Figure(hm.cold_compile_s, "s", 2)
+                    )
+                    if hm
+                    else None,
                 ),
                 # Head read what base had compiled: no cold compile of head's to compare.
                 deltas.relative(bm.cold_compile_s, hm.cold_compile_s, digits=0, missing="")

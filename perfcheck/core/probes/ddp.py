@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from perfcheck.config import Config
+from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
 
@@ -133,9 +134,9 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
                 return status_cell(r) or "—"
             if v.error:
                 return "fails"
-            overlap = f", {v.comm_overlap_pct:.0f} % hidden" if v.comm_overlap_pct is not None else ""
+            overlap = f", {Figure(v.comm_overlap_pct, '%')} hidden" if v.comm_overlap_pct is not None else ""
             calls = sum(c.count for c in v.collectives)
-            step = f"{v.step_ms:.1f} ms" if v.step_ms is not None else "—"
+            step = str(Figure(v.step_ms, "ms", 1)) if v.step_ms is not None else "—"
             graphs = ""
             if v.variant != "eager":
                 breaks = sum(g.count for g in v.graph_breaks)

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
+from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.ddp import first_rank_mismatch
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import Finding, GraphBreak, ProbeResult, RankGraphs, SourceLocation, WorkloadReview
@@ -613,7 +614,7 @@ def _cell(v: FsdpVariant | None, r: ProbeResult | None, wrapped: list[str]) -> s
         return status_cell(r) or "—"
     if v.error:
         return "fails"
-    step = f"{v.step_ms:.1f} ms" if v.step_ms is not None else "—"
+    step = str(Figure(v.step_ms, "ms", 1)) if v.step_ms is not None else "—"
     calls = Counter()  # type: Counter[str]
     for c in v.collectives:
         calls[c.op] += c.count
@@ -621,7 +622,7 @@ def _cell(v: FsdpVariant | None, r: ProbeResult | None, wrapped: list[str]) -> s
         ", ".join(f"{n} {op.replace('_', '-')}{'s' if n != 1 else ''}" for op, n in sorted(calls.items()))
         or "no collectives"
     )
-    overlap = f", {v.comm_overlap_pct:.0f} % hidden" if v.comm_overlap_pct is not None else ""
+    overlap = f", {Figure(v.comm_overlap_pct, '%')} hidden" if v.comm_overlap_pct is not None else ""
     graphs = ""
     if v.variant != "eager":
         breaks = sum(g.count for g in v.graph_breaks)

@@ -30,10 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from perfcheck.core.markdown import Figure
 from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
 
 if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
     from perfcheck.config import Config
+
+
+# A cell of a row: a figure with its unit (formatted in one place, perfcheck/core/markdown.py), or
+# text (a status such as "crashed", a hash, "=", "—").
+Cell = Figure | str
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,9 @@ class Row:
     """One line of a workload's table: a metric, base, head and the change."""
 
     metric: str
-    base: str
-    head: str
-    delta: str
+    base: Cell
+    head: Cell
+    delta: Cell
 
 
 @dataclass(frozen=True)

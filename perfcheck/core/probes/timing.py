@@ -8,7 +8,8 @@ from statistics import median
 
 from perfcheck.config import Config
 from perfcheck.core import deltas
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.core.markdown import Figure, count
+from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.core.stats import worth_warning
 from perfcheck.core.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
 from perfcheck.schema import (
@@ -215,10 +216,6 @@ def delta_cell(m: MetricChange) -> str:
     return deltas.interval(m.change_pct, m.low_pct, m.high_pct)
 
 
-def _count(x: float) -> str:
-    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
-
-
 def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingChange | None) -> list[Row]:
     """Every figure is the geometric mean over a side's processes, the estimator Δ is computed from,
     so base → head and Δ always agree; the row that decided the verdict says so."""
@@ -230,10 +227,10 @@ def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingC
     assert src is not None
     changes: dict[str, MetricChange] = {m.metric: m for m in change.metrics} if change else {}
 
-    def cell(t: TimingMetrics | None, r: ProbeResult | None, value: float | None, unit: str = " ms") -> str:
+    def cell(t: TimingMetrics | None, r: ProbeResult | None, value: float | None) -> Cell:
         if t is None or value is None:
             return status_cell(r) or "—"
-        return f"{value:,.3f}{unit}"
+        return Figure(value, "ms", 3)
 
     def label(name: str, detail: str = "") -> str:
         m = changes.get(name)
@@ -272,14 +269,14 @@ def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingC
         )
         rows += _count_rows(b, h, bt, ht, change)
 
-    def per_s(t: TimingMetrics | None, ms: float | None) -> str:
-        return f"{t.batch_size / ms * 1000:,.0f} /s" if t and ms else "—"
+    def per_s(t: TimingMetrics | None, ms: float | None) -> Cell:
+        return Figure(t.batch_size / ms * 1000, "/s") if t and ms else "—"
 
     rows.append(Row("throughput", per_s(b, wall[0]), per_s(h, wall[1]), ""))
     bp, hp = peak_memory(b), peak_memory(h)
     if b and h and bp is not None and hp is not None:
         kind = "peak memory" if b.memory_kind == "cuda_max_allocated" else "peak RSS"
-        rows.append(Row(kind, f"{bp:,.0f} MB", f"{hp:,.0f} MB", f"{hp - bp:+,.0f} MB"))
+        rows.append(Row(kind, Figure(bp, "MB"), Figure(hp, "MB"), Figure(hp - bp, "MB", signed=True)))
     return rows
 
 
@@ -296,10 +293,13 @@ def _count_rows(
         values = [get(p.device) for p in t.processes if p.device is not None] if t else []
         return median(values) if values else None
 
-    def diff(x: float | None, y: float | None) -> str:
+    def diff(x: float | None, y: float | None) -> Cell:
         if x is None or y is None:
             return ""
-        return "=" if x == y else f"{y - x:+,g}"
+        if x == y:
+            return "="
+        change = count(y - x)
+        return Figure(change.value, places=change.places, signed=True)
 
     rows = []
     kb, kh = per_side(b, lambda d: d.kernels), per_side(h, lambda d: d.kernels)
@@ -307,8 +307,8 @@ def _count_rows(
     rows.append(
         Row(
             f"kernels / step{decides}",
-            _count(kb) if kb is not None else (status_cell(bt) or "—"),
-            _count(kh) if kh is not None else (status_cell(ht) or "—"),
+            count(kb) if kb is not None else (status_cell(bt) or "—"),
+            count(kh) if kh is not None else (status_cell(ht) or "—"),
             diff(kb, kh),
         )
     )
@@ -323,8 +323,8 @@ def _count_rows(
         rows.append(
             Row(
                 f"{name} / step",
-                f"{_count(cb or 0)} ({_bytes(bb or 0)})",
-                f"{_count(ch or 0)} ({_bytes(bh or 0)})",
+                f"{count(cb or 0)} ({_bytes(bb or 0)})",
+                f"{count(ch or 0)} ({_bytes(bh or 0)})",
                 diff(cb, ch),
             )
         )
