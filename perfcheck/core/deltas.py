@@ -1,11 +1,14 @@
-"""How a change is written, everywhere a table or a message shows one: signed, with its unit."""
+"""How a change is written, everywhere a table or a message shows one: signed, with its unit,
+its number formatted as every figure is (perfcheck/core/markdown.py ``figure``)."""
 
 from __future__ import annotations
+
+from perfcheck.core.markdown import Figure, figure
 
 
 def signed_pct(x: float, digits: int = 1) -> str:
     """A change already in percent: ``+3.2 %``."""
-    return f"{x:+.{digits}f} %"
+    return figure(Figure(x, "%", digits, signed=True))
 
 
 def relative(base: float | None, head: float | None, digits: int = 1, missing: str = "—") -> str:
@@ -19,11 +22,12 @@ def relative(base: float | None, head: float | None, digits: int = 1, missing: s
 
 def interval(change_pct: float, low_pct: float, high_pct: float, digits: int = 1) -> str:
     """A change with its confidence interval: ``+3.2 % (+1.0 … +5.4)``."""
-    return f"{signed_pct(change_pct, digits)} ({low_pct:+.{digits}f} … {high_pct:+.{digits}f})"
+    low, high = (figure(Figure(x, places=digits, signed=True)) for x in (low_pct, high_pct))
+    return f"{signed_pct(change_pct, digits)} ({low} … {high})"
 
 
 def count(base: int, head: int, unit: str = "") -> str:
     """A change in a count: ``+2`` (``+2 breaks``), or ``=`` when there is none."""
     if head == base:
         return "="
-    return f"{head - base:+d} {unit}".rstrip()
+    return figure(Figure(head - base, unit, signed=True))
