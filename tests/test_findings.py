@@ -253,7 +253,7 @@ def test_a_break_on_a_frames_first_line_is_found_and_counted_once(review: Review
     compile_head = result.workloads[0].head[0].compile
     assert compile_head is not None and compile_head.graph_break_count == 1
     # the table counts what the findings list
-    assert "+1 breaks" in render_comment(result)
+    assert "+1 break |" in render_comment(result)
 
 
 # -- recompiles: under the break they come from, else one finding per guard, with its place ------

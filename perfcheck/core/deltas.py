@@ -27,7 +27,8 @@ def interval(change_pct: float, low_pct: float, high_pct: float, digits: int = 1
 
 
 def count(base: int, head: int, unit: str = "") -> str:
-    """A change in a count: ``+2`` (``+2 breaks``), or ``=`` when there is none."""
+    """A change in a count: ``+2`` (``+2 breaks``, ``+1 break``), or ``=`` when there is none."""
     if head == base:
         return "="
-    return figure(Figure(head - base, unit, signed=True))
+    one = abs(head - base) == 1 and unit.endswith("s")
+    return figure(Figure(head - base, unit[:-1] if one else unit, signed=True))
