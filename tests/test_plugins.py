@@ -86,7 +86,7 @@ def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: 
     assert finding["message"] == "parameters grew +49.7 % (676 → 1012)"
 
     comment = (out / "comment.md").read_text()
-    assert "| parameters (toy) | 676 | 1012 | +336 |" in comment
+    assert "| parameters (toy) | 676 | 1,012 | +336 |" in comment
     assert "Parameter count grew" in comment  # the plugin's own title, from its matrix entry
     # its matrix entry: the likely cause and a command that verifies it, as printed
     assert "Likely cause: a layer was widened or added" in comment

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
+from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 
@@ -56,9 +57,9 @@ def rows(base: ProbeResult | None, head: ProbeResult | None, wl: WorkloadReview)
     b, h = _metrics(base), _metrics(head)
     row = Row(
         "parameters (toy)",
-        status_cell(base) or (str(b.parameters) if b else "—"),
-        status_cell(head) or (str(h.parameters) if h else "—"),
-        f"{h.parameters - b.parameters:+d}" if b and h else "",
+        status_cell(base) or (Figure(b.parameters) if b else "—"),
+        status_cell(head) or (Figure(h.parameters) if h else "—"),
+        Figure(h.parameters - b.parameters, signed=True) if b and h else "",
     )
     return settled([row], base, head)  # a side that did not finish: its status, never a figure
 
