@@ -41,10 +41,10 @@ toy:
 """
 
 
-def _perfcheck(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _perfcheck(*args: str, cwd: Path, **extra_env: str) -> subprocess.CompletedProcess[str]:
     # As a user runs it: a fresh process, the plugin installed where perfcheck runs (PYTHONPATH
     # here), the probe's worker finding it the same way.
-    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "PYTHONPATH": str(TESTS), **extra_env}
     return subprocess.run(
         [sys.executable, "-m", "perfcheck", *args],
         cwd=cwd,
@@ -70,10 +70,14 @@ def _trees(tmp_path: Path, base_width: int, head_width: int, limit: float) -> tu
 def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, 32, 48, limit=10)
     out = tmp_path / "out"
+    summary = tmp_path / "step-summary.md"  # the Actions job summary, as a runner's step writes it
     done = _perfcheck(
-        "review", "--base", str(base), "--head", str(head), "--probes", "toy", "--out", str(out), cwd=tmp_path
-    )
+        "review", "--base", str(base), "--head", str(head), "--probes", "toy", "--out", str(out),
+        cwd=tmp_path, GITHUB_STEP_SUMMARY=str(summary),
+    )  # fmt: skip
     assert done.returncode == 1, done.stderr  # fail: the head grew beyond the allowed 10 %
+    job = summary.read_text()
+    assert "| parameters (toy) | 676 | 1,012 | +336 |" in job and "Parameter count grew" in job
 
     result = json.loads((out / "result.json").read_text())
     (wl,) = result["workloads"]
