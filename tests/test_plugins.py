@@ -132,6 +132,7 @@ def registries(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
     monkeypatch.setattr(schema, "_REGISTERED", list(schema._REGISTERED))
+    matrix.known()  # the built-in probes' entries, validated before they are copied
     monkeypatch.setattr(matrix, "_PROBES_OWN", dict(matrix._PROBES_OWN))
     monkeypatch.syspath_prepend(str(TESTS))
 

@@ -238,11 +238,24 @@ _PROBES_OWN: dict[str, Entry] = {}
 _PROBE_ENTRIES: dict[str, dict[str, ProbeEntry]] = {}  # category -> probe -> its entry
 
 
-def register_entries(entries: dict[str, Any], source: str) -> None:
+def register_entries(entries: dict[str, Any], source: str, later: bool = False) -> None:
     """A probe's entries for its own categories (a built-in's or a plugin's), validated like the
-    shared ones."""
+    shared ones: now, so that a plugin's mistake is a config error where its config names it, or
+    with ``later`` (perfcheck's own probes) when an entry is first asked for, so that a command
+    that needs none (``--help``) does not pay for it (a test validates them all)."""
+    if later:
+        _PENDING.append((entries, source))
+        return
     valid = {category: _validated(Entry, category, body, source) for category, body in entries.items()}
     _PROBES_OWN.update(valid)
+
+
+_PENDING: list[tuple[dict[str, Any], str]] = []
+
+
+def _settle() -> None:
+    while _PENDING:
+        register_entries(*_PENDING.pop(0))
 
 
 def register_probe_entries(probe: str, entries: dict[str, Any], source: str) -> None:
@@ -256,6 +269,7 @@ def register_probe_entries(probe: str, entries: dict[str, Any], source: str) -> 
 def known() -> dict[str, Entry]:
     """The built-in matrix and every registered plugin's entries, with each probe's own entries
     for the shared categories it raises."""
+    _settle()
     out = {**builtin(), **_PROBES_OWN}
     for category, own in _PROBE_ENTRIES.items():
         if category in out:

@@ -18,7 +18,7 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _REGISTRY: dict[str, ProbeKind] = {}
 
 
-def register(kind: ProbeKind) -> ProbeKind:
+def register(kind: ProbeKind, built_in: bool = False) -> ProbeKind:
     """Add a probe (a plugin's, say) with the finding categories and matrix entries it carries;
     its name and its categories must be new. Raises ValueError saying what clashes."""
     if kind.name in _REGISTRY:
@@ -41,7 +41,8 @@ def register(kind: ProbeKind) -> ProbeKind:
     stray = [c for c in kind.entries if c not in kind.raises]
     if stray:
         raise ValueError(f"probe {kind.name}: an entry for {stray[0]!r}, which it does not raise")
-    matrix.register_entries(dict(kind.categories), f"probe {kind.name}")  # validated first
+    # A plugin's entries are validated first; perfcheck's own when one is first asked for.
+    matrix.register_entries(dict(kind.categories), f"probe {kind.name}", later=built_in)
     matrix.register_probe_entries(kind.name, dict(kind.entries), f"probe {kind.name}")
     register_categories(list(kind.categories))
     _REGISTRY[kind.name] = kind
@@ -58,7 +59,7 @@ for _kind in (
     export.PROBE,
     profile.PROBE,
 ):
-    register(_kind)
+    register(_kind, built_in=True)
 
 _BUILT_IN = tuple(_REGISTRY)
 
