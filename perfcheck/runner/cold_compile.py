@@ -172,32 +172,25 @@ def on_cores(cores: set[int]) -> Iterator[None]:
 
 
 @contextmanager
-def _compiler_caches_off(pooled: bool) -> Iterator[None]:
+def _compiler_caches_off() -> Iterator[None]:
     """Torch's compiler caches out of the way, the kernels' not: Dynamo, AOTAutograd and Inductor
     run in full (no FX-graph or AOTAutograd cache, Inductor's in-memory caches cleared), and each
     kernel they generate is looked up in the process's kernel cache by its source (Triton's
-    binaries, the C++ libraries, their autotuning results) and built only where it is new.
-    ``pooled`` (a GPU timing worker, whose pool of Triton compile workers started as it set up):
-    the kernels are looked up in that pool, as a user's compile does; otherwise in process, on one
-    thread (a CPU's C++ kernels are looked up on threads, and a pool would only cost imports)."""
+    binaries, the C++ libraries, their autotuning results) and built only where it is new. In
+    process: one thread, no pool of compile workers to start."""
     from torch._functorch import config as functorch_config
     from torch._inductor import config as inductor_config
     from torch._inductor.utils import clear_caches
 
     clear_caches()
-    patches: dict[str, Any] = {"fx_graph_cache": False, "fx_graph_remote_cache": False}
-    if not pooled:
-        patches["compile_threads"] = 1
     with (
-        inductor_config.patch(patches),
+        inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False, compile_threads=1),
         functorch_config.patch(enable_autograd_cache=False, enable_remote_autograd_cache=False),
     ):
         yield
 
 
-def cold_compile(
-    spec: ProbeSpec, build: Callable[[], Workload], counter: Counter | None, pooled: bool = False
-) -> CompileSample:
+def cold_compile(spec: ProbeSpec, build: Callable[[], Workload], counter: Counter | None) -> CompileSample:
     """One compile of a freshly built model, torch.compile and the first step, with Dynamo reset and
     torch's compiler caches out of the way. Kernels come from the process's cache where their
     source is there already, unless ``compile.rebuild_kernels`` asks for empty caches.
@@ -217,7 +210,7 @@ def cold_compile(
     model = steps.prepare(built.model, wl.train)
     compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
     step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
-    with fresh_cache() if cfg.rebuild_kernels else _compiler_caches_off(pooled), _no_gc():
+    with fresh_cache() if cfg.rebuild_kernels else _compiler_caches_off(), _no_gc():
         stages = _Stages(counter)
         with _watching(stages):
             if counter is not None:

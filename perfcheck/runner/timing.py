@@ -99,7 +99,7 @@ class TimingWorker:
         self.child: forkserver.Child | None = None
         self.quit_sent = False
         env = probe_env(cache)
-        if spec.latency is not None and spec.device == "cuda":
+        if spec.latency is not None and spec.device == "cuda" and spec.compile.rebuild_kernels:
             # Its cache-cold compile uses a small pool of Triton compile workers, started as it sets
             # up: six processes of a first look with a pool each the size of the machine would
             # import torch a hundred times at once.

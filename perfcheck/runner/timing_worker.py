@@ -158,13 +158,15 @@ class Session:
         self.cores = os.sched_getaffinity(0)  # before warm-up pins every thread to one of them
 
     def _compile_workers(self) -> bool:
-        """Whether this worker's cache-cold compile wants Inductor's Triton compile workers: on a
-        GPU, where Inductor's kernels are Triton's. Even a kernel whose binary is cached is loaded
-        through Triton's front end (its source parsed and hashed, once per autotuning config), and
-        one at a time in the compiling process that took most of a ResNet-50 sample: 48 of 60 s
-        in Inductor (run-4 on the H200, six samples at once)."""
+        """Whether this worker's cache-cold compile wants Inductor's Triton compile workers: only
+        where it builds every kernel anew (``compile.rebuild_kernels``), on a GPU."""
         spec = self.spec
-        return spec.latency is not None and self.cuda and spec.compile.backend == "inductor"
+        return (
+            spec.latency is not None
+            and self.cuda
+            and spec.compile.backend == "inductor"
+            and spec.compile.rebuild_kernels
+        )
 
     def setup(self) -> dict[str, Any]:
         spec, cfg, wl = self.spec, self.spec.timing, self.spec.workload
@@ -340,11 +342,10 @@ class Session:
             built = call_build(load_build(spec.workload.entry, Path(spec.tree)), spec.device)
             return Workload(spec.workload.name, built.model, built.inputs)
 
-        pooled = self._compile_workers()
         with on_cores(self.cores):
-            if pooled:
+            if self._compile_workers():
                 wait_compile_workers()
-            sample = cold_compile(spec, build, None, pooled=pooled)
+            sample = cold_compile(spec, build, None)
         return {"sample": sample.model_dump(mode="json")}
 
     def finish(self) -> dict[str, Any]:

@@ -363,11 +363,8 @@ def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLat
     from perfcheck.runner.cold_compile import cold_compile
 
     assert spec.latency is not None
-    # On a GPU the probe's own compile started Inductor's pool of Triton compile workers, and the
-    # samples look their kernels up in it, as a timing worker's do.
-    pooled = spec.device == "cuda" and spec.compile.backend == "inductor"
-    cold_compile(spec, build, None, pooled=pooled)
-    samples = [cold_compile(spec, build, None, pooled=pooled) for _ in range(spec.latency.compiles)]
+    cold_compile(spec, build, None)  # also starts Inductor's compile workers where it uses them
+    samples = [cold_compile(spec, build, None) for _ in range(spec.latency.compiles)]
     return CompileLatency(measure="wall", samples=samples)
 
 
