@@ -25,9 +25,10 @@ from perfcheck.bisect_schema import BisectDoc
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
 SCHEMA_VERSION: Final = 2
 
-# The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a probe's process
-# that crashed or hung (perfcheck/core/compare.py, for any probe) and what the distributed probes share.
-# Every other category is its probe's own, registered with the probe (perfcheck/core/probes).
+# The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a
+# probe's process that crashed or hung (perfcheck/core/compare.py, for any probe) and what the
+# distributed probes share. Every other category is its probe's own, registered with the probe
+# (perfcheck/core/probes); a finding's category is checked against them all.
 SHARED_CATEGORIES = ("probe_crashed", "probe_timeout", "rank_graph_mismatch", "collective_drift")
 _REGISTERED: list[str] = []
 

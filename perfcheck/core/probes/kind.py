@@ -4,8 +4,8 @@ A probe's descriptor names it, says when it runs, and carries the two pure funct
 needs from it: ``compare`` (base and head results and the config -> findings, reasons the verdict
 is inconclusive, and for the timing probe its timing change) and ``rows`` (its lines of the
 workload table, the probe's fragment of every report). The runner side registers only the
-function that runs it (``perfcheck/runner/probes/base.py``). Adding a probe touches its own files and one
-registry line.
+function that runs it (``perfcheck/runner/probes/base.py``). Adding a probe touches its own
+files and one registry line.
 
 Every probe names the categories of the shared vocabulary its comparator raises (``raises``), so
 that each category's cause and verify command can be checked against each probe that raises it;
@@ -17,8 +17,8 @@ matrix entry (a built-in probe's in the YAML file beside its descriptor), and ar
 it. A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
 carries more in its descriptor, since no built-in file knows it: its settings model (the config
 section under its name), its metrics model (``ProbeResult.metrics``, validated against it), and
-where its run function lives
-(``"module:function"``, imported only in the probe's worker process, where torch is).
+where its run function lives (``"module:function"``, imported only in the probe's worker
+process, where torch is).
 """
 
 from __future__ import annotations
