@@ -371,11 +371,10 @@ def interpreter_folders(python: str) -> list[Path]:
     import perfcheck
 
     found = [Path(python).parent.parent, Path(os.path.realpath(python)).parent.parent]
-    # The folder holding the perfcheck package, and where its linked subpackages really lie
-    # (a checkout: perfcheck/runner -> ../runner, so the checkout's root).
+    # The folder holding the perfcheck package (a checkout's root, or site-packages), also where
+    # the package folder itself is a link.
     package = Path(perfcheck.__file__).parent
     found += [Path(sys.prefix), Path(sys.base_prefix), package.parent, package.resolve().parent]
-    found += [(package / sub).resolve().parent for sub in ("runner", "core", "bot", "templates")]
     return found
 
 
