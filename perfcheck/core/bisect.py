@@ -42,7 +42,8 @@ def targets(f: Finding) -> list[Target]:
     category and where. Line numbers never: earlier commits move lines."""
     where = f.location.code if f.location and f.location.code else ""
     ev = f.evidence
-    if nature(f) == "measured":
+    entry = known().get(f.category)
+    if entry is not None and entry.nature == "measured":
         # A measured change has no identity beyond what and where: its figures differ everywhere.
         return [
             Target(
@@ -54,7 +55,6 @@ def targets(f: Finding) -> list[Target]:
         return Target(f"{f.category}|{f.workload}|{what}", label, f.category, f.workload, f.probe)
 
     # Where the category's matrix entry says what tells its findings apart (``identity``).
-    entry = known().get(f.category)
     identity = entry.identity if entry is not None else None
     if identity is not None and identity.each is not None and identity.label is not None:
         each = ev.get(identity.each)

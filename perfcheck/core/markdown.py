@@ -52,9 +52,10 @@ def figure(f: Figure) -> str:
     return f"{number} {f.unit}" if f.unit else number
 
 
-def count(n: float) -> Figure:
-    """A count per step: whole where it is whole, else to a tenth (a median over processes)."""
-    return Figure(n, places=0 if float(n).is_integer() else 1)
+def count(n: float, signed: bool = False) -> Figure:
+    """A count per step (or, ``signed``, its change): whole where it is whole, else to a tenth (a
+    median over processes)."""
+    return Figure(n, places=0 if float(n).is_integer() else 1, signed=signed)
 
 
 # The most one field may take of a comment: a 200 KB line in one finding must not crowd out the rest.

@@ -236,6 +236,7 @@ def builtin() -> dict[str, Entry]:
 
 _PROBES_OWN: dict[str, Entry] = {}
 _PROBE_ENTRIES: dict[str, dict[str, ProbeEntry]] = {}  # category -> probe -> its entry
+_PENDING: list[tuple[dict[str, Any], str]] = []  # perfcheck's own entries, not yet validated
 
 
 def register_entries(entries: dict[str, Any], source: str, later: bool = False) -> None:
@@ -248,9 +249,6 @@ def register_entries(entries: dict[str, Any], source: str, later: bool = False) 
         return
     valid = {category: _validated(Entry, category, body, source) for category, body in entries.items()}
     _PROBES_OWN.update(valid)
-
-
-_PENDING: list[tuple[dict[str, Any], str]] = []
 
 
 def _settle() -> None:
@@ -278,27 +276,28 @@ def known() -> dict[str, Entry]:
 
 
 def _on_top(category: str, base: Entry | None, own: MatrixEntry) -> Entry:
+    """A project's entry (``matrix:`` in perfcheck.yml) over the known one: what the project gives
+    replaces, its causes go first; everything else (title, nature, role, details, ...) is the
+    known entry's, or a plain structural one's for a category of the project's own."""
     causes = [*own.causes, *(base.causes if base else [])]
     verify = own.verify or (base.verify if base else [])
-    symptom = own.symptom or (base.symptom if base else category.replace("_", " "))
     if not causes or not verify:
         raise MatrixError(f"matrix.{category}: a new category entry needs causes and verify")
-    return Entry(
-        title=base.title if base else category.replace("_", " "),
-        nature=base.nature if base else "structural",
-        role=base.role if base else "neither",
-        because=base.because if base else None,
-        identity=base.identity if base else None,
-        folds=base.folds if base else None,
-        chart=base.chart if base else None,
-        verify_compile_latency=base.verify_compile_latency if base else False,
-        details=base.details if base else [],
-        symptom=symptom,
-        causes=causes,
-        verify=verify,
-        docs=own.docs or (base.docs if base else None),
-        # The project's own causes come first, so they win over the built-in refinements.
-        rules=[] if own.causes else (base.rules if base else []),
+    if base is None:
+        name = category.replace("_", " ")
+        base = Entry(
+            title=name, nature="structural", role="neither", symptom=name, causes=causes, verify=verify
+        )
+    return base.model_copy(
+        update={
+            "symptom": own.symptom or base.symptom,
+            "causes": causes,
+            "verify": verify,
+            "docs": own.docs or base.docs,
+            # The project's own causes come first, so they win over the built-in refinements.
+            "rules": [] if own.causes else base.rules,
+            "probes": {},
+        }
     )
 
 

@@ -444,21 +444,13 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
         first = "first compile of a process" if wl.compile_latency else "cold compile"
         role = " · context" if wl.compile_latency else ""
         warm = bool(hm and hm.from_base_cache)
+        cold = {side: Figure(m.cold_compile_s, "s", 2) for side, m in (("base", bm), ("head", hm)) if m}
         rows.append(
             Row(
                 # One cold compile per side: the Δ is a single measurement's, not an estimate.
                 f"{first} ({either.backend}, one run each){role}" if either else f"{first} (one run each)",
-                cell(bc, Figure(bm.cold_compile_s, "s", 2) if bm else None),
-                cell(
-                    hc,
-                    (
-                        f"{Figure(hm.cold_compile_s, 's', 2)} (from base's cache)"
-                        if warm
-                        else Figure(hm.cold_compile_s, "s", 2)
-                    )
-                    if hm
-                    else None,
-                ),
+                cell(bc, cold.get("base")),
+                cell(hc, f"{cold['head']} (from base's cache)" if warm else cold.get("head")),
                 # Head read what base had compiled: no cold compile of head's to compare.
                 deltas.relative(bm.cold_compile_s, hm.cold_compile_s, digits=0, missing="")
                 if bm and hm and not warm

@@ -296,10 +296,7 @@ def _count_rows(
     def diff(x: float | None, y: float | None) -> Cell:
         if x is None or y is None:
             return ""
-        if x == y:
-            return "="
-        change = count(y - x)
-        return Figure(change.value, places=change.places, signed=True)
+        return "=" if x == y else count(y - x, signed=True)
 
     rows = []
     kb, kh = per_side(b, lambda d: d.kernels), per_side(h, lambda d: d.kernels)
