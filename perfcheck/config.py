@@ -140,7 +140,7 @@ class CompileConfig(_Section):
         "Inductor's own work (ten times cheaper on the H200)",
     )
     callgrind_budget_s: float = Field(
-        default=120.0,
+        default=60.0,
         gt=0,
         description="auto: callgrind only where its estimated cost fits (and what is left of "
         "review.time_budget_s); a small model under aot_eager fits, Inductor's C++ builds do not",

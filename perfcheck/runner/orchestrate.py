@@ -26,7 +26,7 @@ from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper, sandbox
-from perfcheck.runner.budget import Budget, latency_estimate_s, prior, timing_estimate_s
+from perfcheck.runner.budget import Budget, latency_estimate_s, lightest_last, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.schema import (
     CompileLatency,
@@ -543,6 +543,8 @@ class _Review:
                     rest = whole[0] if whole else self._structural(futures, pool)  # (timing skipped)
                     collected = _rejoined(rest, partial, out, lead[0].name)
                 collected = self._callgrind_latency(collected)
+                samples_s = {wl.name: self._samples_cost(wl, collected) for wl, _ in paired}
+                paired = lightest_last(paired, lambda item: samples_s[item[0].name])
                 for wl, probe in paired:
                     collected = self._timed(wl, probe, collected, run_paired)
                 collected = self._take_pending(collected)
@@ -916,6 +918,13 @@ class _Review:
         first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
         cores = len(os.sched_getaffinity(0))
         return latency_estimate_s(first, pairs, cores, self.run_.config.compile.rebuild_kernels)
+
+    def _samples_cost(self, wl: WorkloadConfig, collected: list[ProbeResult]) -> float:
+        """What ``wl``'s compile-latency samples in its timing workers are expected to cost (0 where
+        they are not made there), for the order the workloads are timed in."""
+        if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
+            return 0.0
+        return self._latency_estimate(wl, collected, self.run_.config.compile.runs)
 
     def _latency_pairs(self, wl: WorkloadConfig, collected: list[ProbeResult], timing_s: float) -> int:
         """How many of the timing pairs also make the compile-latency samples: ``compile.runs``, or
