@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfcheck.config import BudgetsConfig, TimingConfig
-from perfcheck.core.timing_gate import decide, headline_metric, metric, sequential
+from perfcheck.core.timing_gate import decide, headline_metric, held_open, metric, sequential
 from perfcheck.schema import DeviceStep, TimingChange, TimingProcess
 
 SIDES = ("base", "head")
@@ -202,6 +202,22 @@ def test_a_slowdown_the_interval_sees_but_the_test_does_not_yet_asks_for_more_pa
     assert settled is not None
     device = metric(settled, "device_ms")
     assert device is not None and device.p_value < TIMING.alpha
+    # The review says why it took more pairs than the first look's.
+    [why] = held_open(first, TIMING.alpha)
+    assert why.startswith("device time / step +0.") and why.endswith("is a slowdown not yet significant")
+    assert held_open(settled, TIMING.alpha) == []
+
+
+def test_a_look_that_straddles_the_budget_says_which_metric_and_by_how_much() -> None:
+    # Wall clock on a CPU, 4 % scatter between processes: three pairs cannot tell 0 from 5 %.
+    rng = random.Random(7)
+    base = [proc(10 * math.exp(rng.gauss(0, 0.04))) for _ in range(3)]
+    head = [proc(10.3 * math.exp(rng.gauss(0, 0.04))) for _ in range(3)]
+    change = decide(base, head, BUDGETS, TIMING)
+    assert change.verdict == "inconclusive"
+    [why] = held_open(change, TIMING.alpha)
+    budget = BUDGETS.max_throughput_regression_pct
+    assert why.startswith("step time ") and why.endswith(f"is undecided against {budget:g} %"), why
 
 
 def test_recorded_llama_runs_pass_every_identical_trial_and_see_every_planted_percent() -> None:

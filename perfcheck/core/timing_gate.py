@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from statistics import median
 
 from perfcheck.config import BudgetsConfig, TimingConfig
+from perfcheck.core.deltas import interval
 from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio, ratio_fields, worth_warning
 from perfcheck.schema import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
 
@@ -190,6 +191,24 @@ def _unsettled(m: MetricChange, alpha: float) -> bool:
     p = 0.014). A slowdown too small to warn about holds nothing: an identical tree's order effect
     of 0.1 % would otherwise buy pairs up to max_processes."""
     return m.ratio_low > 1.0 and m.p_value >= alpha and worth_warning(m.change_pct, m.budget_pct)
+
+
+def held_open(change: TimingChange, alpha: float) -> list[str]:
+    """Why ``sequential`` asks for more pairs after ``change``: each deciding metric whose interval
+    straddles its budget, or whose slowdown worth a warning is not yet significant, said with its
+    figures, so that a review that took more than the first look's pairs says why."""
+    held = []
+    for m in change.metrics:
+        if not m.decides:
+            continue
+        if m.verdict == "inconclusive":
+            why = f"is undecided against {m.budget_pct:g} %"
+        elif m.verdict == "pass" and _unsettled(m, alpha):
+            why = "is a slowdown not yet significant"
+        else:
+            continue
+        held.append(f"{METRIC_LABELS[m.metric]} {interval(m.change_pct, m.low_pct, m.high_pct, 2)} {why}")
+    return held
 
 
 def metric(change: TimingChange, name: str) -> MetricChange | None:

@@ -831,8 +831,9 @@ class _Review:
         if pair.pending is not None:
             self.pending.append(pair.pending)
             self.reserved_s += latency_s
-        step.done(parts_s=pair.parts_s)
-        task.finish(f"{outcome}{parts_said(pair.parts_s)}")
+        more = f"more pairs: {'; '.join(pair.held_open)}" if pair.held_open else None
+        step.done(more, parts_s=pair.parts_s)
+        task.finish(f"{outcome}{parts_said(pair.parts_s)}{f' ({more})' if more else ''}")
         out = [*collected, pair.base, pair.head]
         if pair.pending is None and latency_pairs:
             spent = pair.parts_s.get("compile latency", 0.0)
