@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -23,7 +24,11 @@ from pydantic import (
 from perfcheck.bisect_schema import BisectDoc
 
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
-SCHEMA_VERSION: Final = 2
+# 3: a probe's metrics are under ProbeResult.metrics, in its descriptor's metrics model, for every
+# probe (version 2 had a field per built-in probe: `compile`, `timing`, ...; ``upgraded_v2`` reads it).
+SCHEMA_VERSION: Final = 3
+# The trace documents (`perfcheck trace ... --json`) did not change with version 3: they keep 2.
+TRACE_SCHEMA_VERSION: Final = 2
 
 # The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a
 # probe's process that crashed or hung (perfcheck/core/compare.py, for any probe) and what the
@@ -31,6 +36,8 @@ SCHEMA_VERSION: Final = 2
 # (perfcheck/core/probes); a finding's category is checked against them all.
 SHARED_CATEGORIES = ("probe_crashed", "probe_timeout", "rank_graph_mismatch", "collective_drift")
 _REGISTERED: list[str] = []
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def register_categories(names: list[str]) -> None:
@@ -387,17 +394,66 @@ class ProbeResult(_Strict):
         default=False, description="crashed in the workload's own import or build(), before the probe's work"
     )
     environment: Environment | None = None
-    compile: CompileMetrics | None = None
-    export: ExportMetrics | None = None
-    timing: TimingMetrics | None = None
-    ddp: DdpMetrics | None = None
-    amp: AmpMetrics | None = None
-    custom_ops: CustomOpMetrics | None = None
-    trace: TraceMetrics | None = None
     metrics: dict[str, Any] = Field(
-        default={}, description="a plugin probe's metrics (its own model validates them)"
+        default={},
+        description="what the probe measured, in its descriptor's metrics model (`perfcheck schema "
+        "result` gives each probe's); empty where it measured nothing",
     )
     details: dict[str, Any] = {}
+    # The metrics as the probe's own model, validated once: (the dict they were read from, the
+    # model). A copy whose metrics were replaced (model_copy) no longer matches and validates anew.
+    _typed: tuple[dict[str, Any], BaseModel] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _fit(self) -> ProbeResult:
+        # A registered probe's metrics are checked as the result is read, as strictly as the rest
+        # of the document; a plugin's not loaded yet are checked where its comparator asks for them.
+        model = metrics_model(self.probe)
+        if model is not None and self.metrics:
+            try:
+                self.metrics_as(model)
+            except ValidationError as err:
+                raise ValueError(f"the {self.probe} probe's metrics: {_first_problem(err)}") from None
+        return self
+
+    def metrics_as(self, model: type[M]) -> M:
+        """The metrics as ``model``, validated on the first call (pydantic's ValidationError when
+        they do not fit it)."""
+        cached = self._typed
+        if cached is not None and cached[0] is self.metrics and type(cached[1]) is model:
+            return cached[1]
+        typed = model.model_validate(self.metrics)
+        self._typed = (self.metrics, typed)
+        return typed
+
+    def with_metrics(self, typed: BaseModel) -> ProbeResult:
+        """This result holding ``typed`` as its metrics (the orchestrator adds to a probe's)."""
+        copy = self.model_copy(update={"metrics": typed.model_dump(mode="json")})
+        copy._typed = (copy.metrics, typed)
+        return copy
+
+
+def _first_problem(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"metrics.{where}: {first['msg']}{more}"
+
+
+def metrics_model(probe: str) -> type[BaseModel] | None:
+    """The metrics model of a registered probe; None for one not registered (yet) or without one."""
+    from perfcheck.core import probes
+
+    kind = probes.get(probe)
+    return kind.metrics if kind is not None else None
+
+
+def probe_metrics(result: ProbeResult | None, model: type[M]) -> M | None:
+    """``result``'s metrics as ``model``: None where there is no result, it measured nothing, or it
+    is another probe's (whose metrics model is not ``model``). Validated once per result."""
+    if result is None or not result.metrics or metrics_model(result.probe) is not model:
+        return None
+    return result.metrics_as(model)
 
 
 class Acknowledgement(_Strict):
@@ -566,7 +622,7 @@ RERUN_DESCRIPTION = (
 
 
 class Review(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     tool_version: str
     verdict: Verdict
     summary: str
@@ -611,7 +667,7 @@ class Shard(_Strict):
 class ProbeRun(_Strict):
     """What `perfcheck probe` writes: one shard's raw measurements, before any comparison."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     kind: Literal["probe-run"] = "probe-run"
     tool_version: str
     shard: Shard
@@ -665,7 +721,7 @@ class TraceBreakdownDoc(_Strict):
 
 
 class TraceSummaryDoc(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[2] = TRACE_SCHEMA_VERSION
     kind: Literal["trace-summary"] = "trace-summary"
     file: str
     events: int = Field(ge=0, description="events with a duration")
@@ -690,7 +746,7 @@ class TraceChangeDoc(_Strict):
 
 
 class TraceDiffDoc(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[2] = TRACE_SCHEMA_VERSION
     kind: Literal["trace-diff"] = "trace-diff"
     naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)
     base: TraceSummaryDoc
@@ -699,8 +755,6 @@ class TraceDiffDoc(_Strict):
         description="largest absolute change first; unchanged names left out"
     )
 
-
-M = TypeVar("M", bound=BaseModel)
 
 # A result document larger than this is refused before it is parsed.
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
@@ -747,11 +801,56 @@ def _load_versioned(model: type[M], path: Path) -> M:
     if not isinstance(data, dict):
         raise ContractError(f"{path}: expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version == 2:
+        # Written before version 3 (a history's earlier artifacts, a probe job of an older
+        # perfcheck): read as version 3 says the same, through the one validation path.
+        raw = json.dumps(upgraded_v2(data, str(path))).encode()
+    elif version != SCHEMA_VERSION:
         raise ContractError(
-            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
+            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}, or 2)"
         )
     return load_model(model, raw, str(path))
+
+
+# Version 2's fields of a probe result, one per built-in probe that had its metrics there: the
+# profile probe's were `trace`. Version 3 keeps every probe's under `metrics`.
+_V2_METRICS = ("compile", "export", "timing", "ddp", "amp", "custom_ops", "trace")
+
+
+def upgraded_v2(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A version 2 result.json or probe-run document as version 3 holds it: each probe result's
+    metrics moved from its probe's field to `metrics`. Anything else is left for the validation
+    to judge; a result holding two probes' metrics (never written) is refused, naming it."""
+    workloads = data.get("workloads")
+    out = {**data, "schema_version": SCHEMA_VERSION}
+    if not isinstance(workloads, list):
+        return out
+    moved = []
+    for i, wl in enumerate(workloads):
+        if not isinstance(wl, dict):
+            moved.append(wl)
+            continue
+        wl = dict(wl)
+        for side in ("base", "head"):
+            results = wl.get(side)
+            if isinstance(results, list):
+                wl[side] = [
+                    _upgraded_result(r, f"{source}: workloads.{i}.{side}.{j}") if isinstance(r, dict) else r
+                    for j, r in enumerate(results)
+                ]
+        moved.append(wl)
+    out["workloads"] = moved
+    return out
+
+
+def _upgraded_result(result: dict[str, Any], where: str) -> dict[str, Any]:
+    named = {k: result[k] for k in _V2_METRICS if result.get(k) is not None}
+    out = {k: v for k, v in result.items() if k not in _V2_METRICS}
+    if len(named) + bool(result.get("metrics")) > 1:
+        raise ContractError(f"{where}: metrics of several probes ({', '.join(named)}); version 2 wrote one")
+    if named:
+        out["metrics"] = next(iter(named.values()))
+    return out
 
 
 def load_review(path: Path) -> Review:
@@ -775,7 +874,39 @@ def json_schema(document: str = "result") -> dict[str, Any]:
     """A document's JSON Schema (``DOCUMENTS``); a finding's category is the vocabulary known now
     (plugins' too)."""
     schema = DOCUMENTS[document].model_json_schema()
-    finding = schema.get("$defs", {}).get("Finding")
+    defs = schema.get("$defs", {})
+    finding = defs.get("Finding")
     if finding is not None:
         finding["properties"]["category"]["enum"] = list(categories())
+    result = defs.get("ProbeResult")
+    if result is not None:
+        result["allOf"] = _metrics_by_probe(defs)
     return schema
+
+
+def _metrics_by_probe(defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each registered probe with a metrics model: a result of that probe holds its metrics in
+    that model. Their definitions are added to ``defs``; one named like another definition of the
+    document, and not the same, takes the probe's name in front."""
+    from perfcheck.core import probes
+
+    out = []
+    for kind in probes.kinds():
+        if kind.metrics is None:
+            continue
+        top = kind.metrics.model_json_schema(ref_template="#/$defs/{model}")
+        own = {**top.pop("$defs", {}), kind.metrics.__name__: top}
+        names = {n: n if defs.get(n, d) == d else f"{kind.name}.{n}" for n, d in own.items()}
+        text = json.dumps(own)
+        for old, new in names.items():
+            if old != new:
+                text = text.replace(f'"#/$defs/{old}"', f'"#/$defs/{new}"')
+        for name, definition in json.loads(text).items():
+            defs[names[name]] = definition
+        out.append(
+            {
+                "if": {"properties": {"probe": {"const": kind.name}}, "required": ["probe"]},
+                "then": {"properties": {"metrics": {"$ref": f"#/$defs/{names[kind.metrics.__name__]}"}}},
+            }
+        )
+    return out

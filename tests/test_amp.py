@@ -131,7 +131,9 @@ def amp_result(side: str, ops: list[AmpOp], breaks: tuple[GraphBreak, ...] = ())
         side=side,  # type: ignore[arg-type]
         status="ok",
         duration_s=1.0,
-        amp=AmpMetrics(dtype="bf16", fp32_ops=ops, autocast_breaks=list(breaks), low_precision_ops=2),
+        metrics=AmpMetrics(
+            dtype="bf16", fp32_ops=ops, autocast_breaks=list(breaks), low_precision_ops=2
+        ).model_dump(mode="json"),
     )
 
 

@@ -68,7 +68,7 @@ def test_rank_dependent_python_compiles_different_graphs(review: ReviewFn, tmp_p
         hashes["0"][:-1] == hashes["1"][:-1] and hashes["0"][-1] != hashes["1"][-1]
     )  # only the last differs
     (base_ddp,) = result.workloads[0].base
-    variant = base_ddp.ddp.variants[0]  # type: ignore[union-attr]
+    variant = base_ddp.metrics_as(DdpMetrics).variants[0]
     assert variant.ddp_splits >= 5 and variant.graph_count == 1  # DDPOptimizer's splits, not breaks
     assert variant.graph_breaks == []
     # 6 weights + 6 biases, all float32, in 1 MB buckets: every byte of every parameter once per step
@@ -151,7 +151,7 @@ def _result(side: str, v: DdpVariantMetrics) -> ProbeResult:
         side=side,  # type: ignore[arg-type]
         status="ok",
         duration_s=1,
-        ddp=DdpMetrics(backend="nccl", world_size=2, variants=[v]),
+        metrics=DdpMetrics(backend="nccl", world_size=2, variants=[v]).model_dump(mode="json"),
     )
 
 

@@ -153,7 +153,10 @@ def test_every_probe_shows_a_side_that_did_not_finish_in_its_cells_and_deltas() 
     kinds = [k for k in probes.kinds() if k.rows is not None]
     assert {"compile", "export", "timing", "ddp", "fsdp", "amp", "custom_ops"} <= {k.name for k in kinds}
     for kind in kinds:
-        base = ProbeResult(probe=kind.name, workload="w", side="base", status="ok", duration_s=1.0, ddp=ddp)
+        metrics = ddp.model_dump(mode="json") if kind.name == "ddp" else {}
+        base = ProbeResult(
+            probe=kind.name, workload="w", side="base", status="ok", duration_s=1.0, metrics=metrics
+        )
         for new in STATUSES:
             head = base.model_copy(update={"side": "head", "status": new})
             rows = workload_rows(WorkloadReview(name="w", base=[base], head=[head]))

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
-from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
+from perfcheck.schema import (
+    CustomOpCheck,
+    CustomOpMetrics,
+    ExportMetrics,
+    Finding,
+    ProbeResult,
+    WorkloadReview,
+    probe_metrics,
+)
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
 NO_CHECK = "opcheck"
@@ -26,11 +34,10 @@ def is_custom(namespace: str, configured: list[str]) -> bool:
 
 def custom_ops_in_export(result: ProbeResult | None, configured: list[str]) -> list[str]:
     """The custom ops an exported graph calls (``ns.op.overload`` names in its op counts)."""
-    if result is None or result.export is None:
+    exported = probe_metrics(result, ExportMetrics)
+    if exported is None:
         return []
-    return sorted(
-        op for op in result.export.op_counts if "." in op and is_custom(op.split(".")[0], configured)
-    )
+    return sorted(op for op in exported.op_counts if "." in op and is_custom(op.split(".")[0], configured))
 
 
 def check_name(c: CustomOpCheck) -> str:
@@ -44,12 +51,10 @@ def fake_check(check: str) -> bool:
 
 
 def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
-    h = head.custom_ops
+    h, b = probe_metrics(head, CustomOpMetrics), probe_metrics(base, CustomOpMetrics)
     if h is None:
         return []
-    failing_on_base = {
-        (c.op, check_name(c)) for c in (base.custom_ops.ops if base.custom_ops else []) if not c.ok
-    }
+    failing_on_base = {(c.op, check_name(c)) for c in (b.ops if b else []) if not c.ok}
     out: list[Finding] = []
     for c in h.ops:
         if c.ok:
@@ -76,9 +81,10 @@ def rows(bo: ProbeResult | None, ho: ProbeResult | None, wl: WorkloadReview) -> 
     if bo or ho:
 
         def passing(r: ProbeResult | None) -> str:
-            if r is None or r.custom_ops is None:
+            m = probe_metrics(r, CustomOpMetrics)
+            if m is None:
                 return status_cell(r) or "—"
-            ops = r.custom_ops.ops
+            ops = m.ops
             return f"{sum(o.ok for o in ops)} of {len(ops)} pass"
 
         rows.append(Row("custom ops (opcheck)", passing(bo), passing(ho), ""))
@@ -94,5 +100,6 @@ PROBE = ProbeKind(
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
     compare=compare,
     rows=rows,
+    metrics=CustomOpMetrics,
     categories=entries_beside(__file__),  # custom_ops.yml: its own categories' entries
 )

@@ -8,7 +8,15 @@ from collections import Counter
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
+from perfcheck.schema import (
+    DdpMetrics,
+    DdpVariantMetrics,
+    Finding,
+    ProbeResult,
+    RankGraphs,
+    WorkloadReview,
+    probe_metrics,
+)
 
 
 def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
@@ -42,8 +50,9 @@ def _describe(keys: Counter[tuple[str, int, str, int]]) -> list[str]:
 
 def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
     out: list[Finding] = []
-    b, h = _variants(base.ddp), _variants(head.ddp)
-    backend = head.ddp.backend if head.ddp else "?"
+    bm, hm = probe_metrics(base, DdpMetrics), probe_metrics(head, DdpMetrics)
+    b, h = _variants(bm), _variants(hm)
+    backend = hm.backend if hm else "?"
     # nccl: HolisticTraceAnalysis's time-based overlap; gloo: the share of collectives launched
     # before backward's last node (perfcheck/runner/comm_trace.py says why).
     for name, hv in h.items():
@@ -120,11 +129,12 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
 
 
 def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
-    def variants(r: ProbeResult | None) -> dict[str, DdpVariantMetrics]:
-        return {v.variant: v for v in r.ddp.variants} if r and r.ddp else {}
+    def variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
+        return {v.variant: v for v in m.variants} if m else {}
 
-    bv, hv = variants(bd), variants(hd)
-    world = (hd or bd).ddp.world_size if (hd or bd) and (hd or bd).ddp else "?"  # type: ignore[union-attr]
+    bm, hm = probe_metrics(bd, DdpMetrics), probe_metrics(hd, DdpMetrics)
+    bv, hv = variants(bm), variants(hm)
+    world = m.world_size if (m := hm if hd else bm) else "?"
     rows: list[Row] = []
     for name in [*bv, *[n for n in hv if n not in bv]]:
         b, h = bv.get(name), hv.get(name)
@@ -158,6 +168,7 @@ PROBE = ProbeKind(
     summary="DDP under torchrun: eager, compile(DDP), DDP(compile); rank graphs, collectives, overlap",
     compare=compare,
     rows=rows,
+    metrics=DdpMetrics,
     raises=("rank_graph_mismatch", "collective_drift"),
     categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
 )

@@ -6,7 +6,7 @@ import difflib
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, rejected_finding, settled
-from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
+from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview, probe_metrics
 
 MAX_DIFF_LINES = 120
 
@@ -81,8 +81,7 @@ def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> 
 
 def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
     out: list[Finding] = []
-    b: ExportMetrics | None = base.export
-    h: ExportMetrics | None = head.export
+    b, h = probe_metrics(base, ExportMetrics), probe_metrics(head, ExportMetrics)
     if h is None:
         return out
     if base.status == "failed" and head.status == "ok" and b is not None:
@@ -127,16 +126,15 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
 def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     rows: list[Row] = []
     if be or he:
-        bx = be.export if be else None
-        hx = he.export if he else None
+        bx, hx = probe_metrics(be, ExportMetrics), probe_metrics(he, ExportMetrics)
 
-        def ir(r: ProbeResult | None) -> str:
-            if r is None or r.export is None or r.export.graph_sha256 is None:
+        def ir(m: ExportMetrics | None) -> str:
+            if m is None or m.graph_sha256 is None:
                 return "—"
-            return f"{r.export.graph_sha256[:10]} ({sum(r.export.op_counts.values())} ops)"
+            return f"{m.graph_sha256[:10]} ({sum(m.op_counts.values())} ops)"
 
         same = bx is not None and hx is not None and bx.graph_sha256 and bx.graph_sha256 == hx.graph_sha256
-        rows.append(Row("export IR", ir(be), ir(he), "=" if same else ("changed" if bx and hx else "")))
+        rows.append(Row("export IR", ir(bx), ir(hx), "=" if same else ("changed" if bx and hx else "")))
     return settled(rows, be, he)
 
 
@@ -147,5 +145,6 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),
+    metrics=ExportMetrics,
     categories=entries_beside(__file__),  # export.yml: its own categories' entries
 )

@@ -16,7 +16,7 @@ from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import Finding, ProbeResult, TraceMetrics
+from perfcheck.schema import Finding, ProbeResult, TraceMetrics, probe_metrics
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a
 # name missing from it may simply be too small to be listed, not absent.
@@ -79,7 +79,7 @@ def _message(what: str, added: list[Change], removed: list[Change], timed: list[
 
 
 def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
-    b, h = base.trace, head.trace
+    b, h = probe_metrics(base, TraceMetrics), probe_metrics(head, TraceMetrics)
     if b is None or h is None or not b.kernels or not h.kernels or on_gpu(b) != on_gpu(h):
         return []  # nothing to compare, or GPU kernels against CPU ops
     base_times, head_times = per_step(b), per_step(h)
@@ -135,5 +135,6 @@ PROBE = ProbeKind(
     name="profile",
     summary="a profiler pass of its own: per-kernel time, added and removed kernels, time breakdown",
     compare=compare,
+    metrics=TraceMetrics,
     categories=entries_beside(__file__),  # profile.yml: its own categories' entries
 )

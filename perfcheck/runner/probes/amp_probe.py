@@ -271,7 +271,7 @@ class AmpProbe:
             autocast_breaks=breaks,
             low_precision_ops=low,
         )
-        return ProbeOutput(metrics={"amp": metrics})
+        return ProbeOutput(metrics=metrics)
 
 
 @register("amp")

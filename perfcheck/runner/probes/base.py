@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.spec import ProbeSpec
@@ -34,7 +36,15 @@ class ProbeOutput:
 
     status: str = "ok"
     message: str | None = None
-    metrics: dict[str, Any] | None = None  # field name on ProbeResult -> model fields
+    # What it measured: its metrics model (perfcheck/core/probes/<probe>.py), or that model's
+    # fields as JSON (a plugin's run function may hand back either).
+    metrics: BaseModel | dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def metrics_json(self) -> dict[str, Any]:
+        if isinstance(self.metrics, BaseModel):
+            return self.metrics.model_dump(mode="json")
+        return dict(self.metrics or {})
 
 
 class Probe(Protocol):
@@ -106,7 +116,7 @@ class PluginProbe:
             raise TypeError(
                 f"the {self.name} probe's run function returned {type(out).__name__}, not ProbeOutput"
             )
-        metrics = out.metrics or {}
+        metrics = out.metrics_json()
         if self.kind.metrics is not None and out.status == "ok":
             metrics = self.kind.metrics.model_validate(metrics).model_dump(mode="json")
-        return ProbeOutput(out.status, out.message, {"metrics": metrics} if metrics else None)
+        return ProbeOutput(out.status, out.message, metrics or None, out.details)

@@ -213,7 +213,7 @@ def rejected(err: BaseException, backend: str, tree: Path) -> ProbeOutput:
     return ProbeOutput(
         status="failed",
         message=f"torch.compile fails: {type(err).__name__}: {first}",
-        metrics={"compile": metrics},
+        metrics=metrics,
     )
 
 
@@ -353,7 +353,7 @@ class CompileProbe:
             op_count=explained.op_count,
             latency=latency,
         )
-        return ProbeOutput(metrics={"compile": metrics})
+        return ProbeOutput(metrics=metrics)
 
 
 def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLatency:

@@ -158,7 +158,7 @@ class CustomOpProbe:
             unexercised = [name for name in registered_ops(configured) if name not in called]
             if unexercised:
                 details["not_exercised"] = unexercised
-        return ProbeOutput(metrics={"custom_ops": CustomOpMetrics(ops=checks), "details": details})
+        return ProbeOutput(metrics=CustomOpMetrics(ops=checks), details=details)
 
 
 @register("custom_ops")

@@ -21,7 +21,7 @@ class DdpProbe:
         metrics = load_model(DdpMetrics, data, where)
         failed = [v for v in metrics.variants if v.error]
         message = "; ".join(f"{v.variant}: {v.error}" for v in failed) or None
-        return ProbeOutput(metrics={"ddp": metrics}, message=message)
+        return ProbeOutput(metrics=metrics, message=message)
 
 
 @register("ddp")

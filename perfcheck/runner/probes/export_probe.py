@@ -122,14 +122,12 @@ class ExportProbe:
             return ProbeOutput(
                 status="failed",
                 message=f"{type(err).__name__}: {message.splitlines()[0] if message else ''}",
-                metrics={
-                    "export": ExportMetrics(
-                        error_type=type(err).__name__,
-                        error_kind=_error_kind(err),
-                        error_message=message[:4000],
-                        error_location=exception_location(err, Path(spec.tree)),
-                    )
-                },
+                metrics=ExportMetrics(
+                    error_type=type(err).__name__,
+                    error_kind=_error_kind(err),
+                    error_message=message[:4000],
+                    error_location=exception_location(err, Path(spec.tree)),
+                ),
             )
         text = canonical_graph(ep)
         ops = op_counts(ep)
@@ -139,7 +137,7 @@ class ExportProbe:
             op_counts=ops,
             denied_ops=denied(ops, spec.export.allow_ops, spec.export.deny_ops),
         )
-        return ProbeOutput(metrics={"export": metrics})
+        return ProbeOutput(metrics=metrics)
 
 
 @register("export")

@@ -121,7 +121,7 @@ class ProfileProbe:
                 if i == active:
                     steps.synchronize(spec.device)
                 prof.step()
-        return ProbeOutput(metrics={"trace": metrics(summarize(path), cfg.steps, recorded)})
+        return ProbeOutput(metrics=metrics(summarize(path), cfg.steps, recorded))
 
 
 @register("profile")
