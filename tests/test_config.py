@@ -51,6 +51,11 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
         ("workloads:\n  - {name: a, entry: 'm.py:'}", "workloads[0].entry: expected"),
         ("workloads: []", "workloads: expected at least one workload"),
         ("export: {deny_ops: [native dropout]}", "export.deny_ops: expected op names like"),
+        # a probe's section, read through its descriptor's settings model, as the config's own are
+        ("ddp: {wrld_size: 2}", "ddp.wrld_size: unknown key (did you mean `world_size`?)"),
+        ("ddp: {world_size: '2'}", "ddp.world_size: expected a whole number, without quotes (got '2')"),
+        ("ddp: 3", "ddp: expected a mapping of settings (indented `key: value` lines) (got 3)"),
+        ("dpp: {}", "dpp: unknown key (did you mean `ddp`?)"),
         ("budgets: {max_new_graph_breaks: -1}", "budgets.max_new_graph_breaks: expected"),
         ("budget: {}", "budget: unknown key"),
         ("- just\n- a list", "(top level): expected a mapping"),

@@ -165,3 +165,17 @@ def test_comparator_budget_and_existing_mismatch() -> None:
         "net", _result("base", _variant(same, 60.0)), _result("head", _variant(same, 51.0)), Config()
     )
     assert small_drop == []  # 9 pp is within the default 10 pp budget
+
+
+def test_the_ddp_section_reaches_the_worker_through_the_spec() -> None:
+    from perfcheck.config import WorkloadConfig
+    from perfcheck.core.probes.ddp import DdpSettings
+    from perfcheck.spec import ProbeSpec
+
+    config = parse_config("ddp: {world_size: 3, variants: [eager]}", "perfcheck.yml")
+    assert config.section(DdpSettings) == DdpSettings(world_size=3, variants=["eager"])
+    assert Config().section(DdpSettings) == DdpSettings()  # no section: the defaults
+    wl = WorkloadConfig(name="w", entry="mlp")
+    sent = ProbeSpec(probe="ddp", side="base", tree=".", workload=wl, settings={"ddp": {"world_size": 3}})
+    assert sent.section(DdpSettings).world_size == 3
+    assert ProbeSpec(probe="ddp", side="base", tree=".", workload=wl).section(DdpSettings).world_size == 2

@@ -648,7 +648,7 @@ def layout_pass(
 
 def main(argv: list[str]) -> int:
     spec = load_model(ProbeSpec, Path(argv[0]).read_bytes(), argv[0])
-    settings = FsdpSettings.model_validate(spec.settings)
+    settings = spec.section(FsdpSettings)
     out_dir, tree = Path(argv[1]), Path(spec.tree)
     device = rank_device(spec, int(os.environ.get("LOCAL_RANK", "0")))
     if device.startswith("cuda"):

@@ -418,8 +418,6 @@ def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
 
 
 def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
-    kind = probes.get(probe)
-    settings = kind.settings_of(run.config) if kind is not None else None
     return ProbeSpec(
         probe=probe,
         side=side.side,
@@ -429,11 +427,14 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
         compile=run.config.compile,
         export=run.config.export,
         timing=run.config.timing,
-        ddp=run.config.ddp,
         custom_ops=run.config.custom_ops,
         profile=run.config.profile,
         plugins=tuple(run.config.plugins),
-        settings=settings.model_dump(mode="json") if settings is not None else {},
+        settings={
+            k.name: section.model_dump(mode="json")
+            for k in probes.kinds()
+            if (section := k.settings_of(run.config)) is not None
+        },
         walls=side_walls(run, side),
     )
 

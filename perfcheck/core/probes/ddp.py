@@ -4,6 +4,9 @@ communication that no longer hides behind compute. Pure; torch-free."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
@@ -17,6 +20,26 @@ from perfcheck.schema import (
     WorkloadReview,
     probe_metrics,
 )
+
+
+class DdpSettings(BaseModel):
+    """The `ddp:` section of perfcheck.yml: torchrun on world_size ranks of one host."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    world_size: int = Field(default=2, ge=1, description="ranks (one per GPU with nccl)")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        default="auto", description="auto: nccl on cuda, else gloo"
+    )
+    variants: list[Literal["eager", "compiled_ddp", "ddp_compiled"]] = Field(
+        default=["eager", "compiled_ddp", "ddp_compiled"]
+    )
+    steps: int = Field(default=6, ge=2, description="training steps per variant (the first warms up)")
+    bucket_cap_mb: float = Field(
+        default=25.0,
+        ge=1,
+        description="DDP bucket size; at least its 1 MB first bucket (DDPOptimizer needs it)",
+    )
 
 
 def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
@@ -168,7 +191,9 @@ PROBE = ProbeKind(
     summary="DDP under torchrun: eager, compile(DDP), DDP(compile); rank graphs, collectives, overlap",
     compare=compare,
     rows=rows,
+    settings=DdpSettings,
     metrics=DdpMetrics,
+    run="perfcheck.runner.probes.ddp_probe:run",
     raises=("rank_graph_mismatch", "collective_drift"),
     categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
 )

@@ -16,10 +16,15 @@ Every probe's own finding categories come with it (``categories``), each with it
 matrix entry (a built-in probe's in the YAML file beside its descriptor), and are registered with
 it. Every probe's metrics model is its descriptor's (``metrics``): what ``ProbeResult.metrics``
 holds for it, validated against it as a result is read and read through
-``perfcheck.schema.probe_metrics``. A plugin probe (a module named under ``plugins:`` in
-perfcheck.yml, see perfcheck/plugins.py) carries more in its descriptor, since no built-in file
-knows it: its settings model (the config section under its name) and where its run function
-lives (``"module:function"``, imported only in the probe's worker process, where torch is).
+``perfcheck.schema.probe_metrics``. Its settings model (``settings``) is its config section,
+under its name (read with ``Config.section``, and in the worker with ``ProbeSpec.section``), and
+``run`` says where its run function lives (``"module:function"``, imported only in the probe's
+worker process, where torch is): a plugin probe (a module named under ``plugins:`` in
+perfcheck.yml, see perfcheck/plugins.py) carries both, since no built-in file knows it, and so do
+the built-ins written in that shape (fsdp, ddp). The ``compile:`` and ``timing:`` sections are
+not one probe's: every compiling probe reads ``compile`` (backend, mode, dynamic) and the compile
+probe and the planner read ``timing``, so they stay the config's own (``Config.compile``,
+``Config.timing``).
 """
 
 from __future__ import annotations
@@ -128,7 +133,7 @@ class ProbeKind:
         """The probe's config section (its defaults when the config has none)."""
         if self.settings is None:
             return None
-        section = config.plugin_settings.get(self.name)
+        section = config.probe_settings.get(self.name)
         return section if section is not None else self.settings()
 
 

@@ -73,7 +73,6 @@ def load_builtin() -> None:
         compile_latency_probe,
         compile_probe,
         custom_op_probe,
-        ddp_probe,
         export_probe,
         profile_probe,
     )
@@ -98,9 +97,10 @@ PluginRun = Callable[[ProbeSpec, Callable[[], Workload], Any], ProbeOutput]
 
 @dataclass(frozen=True)
 class PluginProbe:
-    """A plugin probe's run function behind the Probe interface: it gets the probe's settings as
-    its own model, and what it measures is checked against its metrics model here, in the worker,
-    so that a plugin's mistake reads as its own crash."""
+    """A run function its descriptor names (``run=``: a plugin's, or a built-in probe's written in
+    that shape) behind the Probe interface: it gets the probe's settings as its own model, and
+    what it measures is checked against its metrics model here, in the worker, so that a
+    plugin's mistake reads as its own crash."""
 
     kind: ProbeKind
     function: PluginRun
@@ -110,7 +110,7 @@ class PluginProbe:
         return self.kind.name
 
     def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        settings = self.kind.settings.model_validate(spec.settings) if self.kind.settings else None
+        settings = spec.section(self.kind.settings) if self.kind.settings else None
         out = self.function(spec, build, settings)
         if not isinstance(out, ProbeOutput):
             raise TypeError(
