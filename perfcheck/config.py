@@ -231,18 +231,6 @@ class TimingConfig(_Section):
         return self
 
 
-class CustomOpsConfig(_Section):
-    namespaces: list[str] = Field(
-        default_factory=list,
-        description="torch.library namespaces to opcheck (default: those the workload uses)",
-    )
-    auto: bool = Field(
-        default=True,
-        description="run custom_ops on a workload whose exported graph calls a custom op, though it was "
-        "not asked for (a workload's own `probes` list or --probes still decides)",
-    )
-
-
 class ProfileConfig(_Section):
     steps: int = Field(default=5, ge=1, description="profiled steps, after warm-up")
     top_kernels: int = Field(
@@ -388,7 +376,6 @@ class Config(_Section):
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
     timing: TimingConfig = TimingConfig()
-    custom_ops: CustomOpsConfig = CustomOpsConfig()
     profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
     review: ReviewConfig = ReviewConfig()
@@ -478,7 +465,14 @@ def follow_up_probes(
 ) -> tuple[str, ...]:
     """Probes a workload may get once the planned ones show they apply (custom_ops, when its
     exported graph calls a custom op); only where its probes were left to the defaults."""
-    if probes or wl.probes is not None or not config.custom_ops.auto or "export" not in planned:
+    from perfcheck.core.probes.custom_ops import CustomOpsSettings  # the probe's own section
+
+    if (
+        probes
+        or wl.probes is not None
+        or not config.section(CustomOpsSettings).auto
+        or "export" not in planned
+    ):
         return ()
     return () if "custom_ops" in planned else ("custom_ops",)
 

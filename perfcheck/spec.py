@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict
 
 from perfcheck.config import (
     CompileConfig,
-    CustomOpsConfig,
     ExportConfig,
     ProfileConfig,
     TimingConfig,
@@ -71,7 +70,6 @@ class ProbeSpec(BaseModel):
     compile: CompileConfig = CompileConfig()
     export: ExportConfig = ExportConfig()
     timing: TimingConfig = TimingConfig()
-    custom_ops: CustomOpsConfig = CustomOpsConfig()
     profile: ProfileConfig = ProfileConfig()
     # Plugin probes: the modules the worker loads before it looks the probe up.
     plugins: tuple[str, ...] = ()

@@ -56,6 +56,8 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
         ("ddp: {world_size: '2'}", "ddp.world_size: expected a whole number, without quotes (got '2')"),
         ("ddp: 3", "ddp: expected a mapping of settings (indented `key: value` lines) (got 3)"),
         ("dpp: {}", "dpp: unknown key (did you mean `ddp`?)"),
+        ("custom_ops: {namespace: [a]}", "custom_ops.namespace: unknown key (did you mean `namespaces`?)"),
+        ("custom_ops: {auto: yes please}", "custom_ops.auto: expected true or false, without quotes"),
         ("budgets: {max_new_graph_breaks: -1}", "budgets.max_new_graph_breaks: expected"),
         ("budget: {}", "budget: unknown key"),
         ("- just\n- a list", "(top level): expected a mapping"),

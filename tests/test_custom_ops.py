@@ -10,12 +10,12 @@ from pathlib import Path
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.config import Config, CustomOpsConfig, WorkloadConfig, parse_config
+from perfcheck.config import Config, WorkloadConfig, parse_config
 from perfcheck.core.probes.custom_ops import custom_op_findings
 from perfcheck.core.render import render_comment
 from perfcheck.runner.loader import load_build
-from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.runner.probes.custom_op_probe import CustomOpProbe, summarize
+from perfcheck.runner.probes.base import ProbeOutput, Workload, get_probe
+from perfcheck.runner.probes.custom_op_probe import summarize
 from perfcheck.schema import CustomOpCheck, CustomOpMetrics, Finding, ProbeResult
 from perfcheck.spec import ProbeSpec
 
@@ -104,7 +104,7 @@ def run_in_process(root: Path, *, train: bool = False, namespaces: tuple[str, ..
         side="head",
         tree=str(root),
         workload=WorkloadConfig(name="net", entry="model.py:build", train=train),
-        custom_ops=CustomOpsConfig(namespaces=list(namespaces)),
+        settings={"custom_ops": {"namespaces": list(namespaces)}},
     )
     build = load_build(spec.workload.entry, root)
 
@@ -112,7 +112,7 @@ def run_in_process(root: Path, *, train: bool = False, namespaces: tuple[str, ..
         model, inputs = build("cpu")
         return Workload(name="net", model=model, inputs=inputs)
 
-    return CustomOpProbe().run(spec, built)
+    return get_probe("custom_ops").run(spec, built)  # the run function its descriptor names
 
 
 def test_a_missing_fake_kernel_and_a_missing_autograd_formula(tmp_path: Path) -> None:

@@ -427,7 +427,6 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
         compile=run.config.compile,
         export=run.config.export,
         timing=run.config.timing,
-        custom_ops=run.config.custom_ops,
         profile=run.config.profile,
         plugins=tuple(run.config.plugins),
         settings={
@@ -1084,7 +1083,7 @@ def _follow_ups(
     exported graph that would have shown it never came), where its probes were left to the
     defaults. Its eager step finds the custom ops the workload calls; where there are none it
     says so and nothing more."""
-    from perfcheck.core.probes.custom_ops import custom_ops_in_export
+    from perfcheck.core.probes.custom_ops import CustomOpsSettings, custom_ops_in_export
 
     out = []
     for wl in run.workloads:
@@ -1094,7 +1093,9 @@ def _follow_ups(
         mine = [r for r in done if r.workload == wl.name]
         exports = [r for r in mine if r.probe == "export"]
         rejected = any(r.status == "failed" and r.probe in ("compile", "export") for r in mine)
-        if rejected or any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
+        if rejected or any(
+            custom_ops_in_export(r, run.config.section(CustomOpsSettings).namespaces) for r in exports
+        ):
             out.append((wl, "custom_ops"))
     return out
 

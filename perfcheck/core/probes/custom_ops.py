@@ -6,6 +6,8 @@ way on both sides is old news, still shown so it is not forgotten (warning).
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
@@ -24,6 +26,22 @@ NO_CHECK = "opcheck"
 # PyTorch's own operator namespaces; '_'-prefixed ones (_c10d_functional, _quantized, ...) are
 # internal too. Anything else was registered by a project through torch.library or TORCH_LIBRARY.
 TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "debugprims", "inductor", "profiler"})
+
+
+class CustomOpsSettings(BaseModel):
+    """The `custom_ops:` section of perfcheck.yml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="torch.library namespaces to opcheck (default: those the workload uses)",
+    )
+    auto: bool = Field(
+        default=True,
+        description="run custom_ops on a workload whose exported graph calls a custom op, though it was "
+        "not asked for (a workload's own `probes` list or --probes still decides)",
+    )
 
 
 def is_custom(namespace: str, configured: list[str]) -> bool:
@@ -100,6 +118,8 @@ PROBE = ProbeKind(
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
     compare=compare,
     rows=rows,
+    settings=CustomOpsSettings,
     metrics=CustomOpMetrics,
+    run="perfcheck.runner.probes.custom_op_probe:run",
     categories=entries_beside(__file__),  # custom_ops.yml: its own categories' entries
 )

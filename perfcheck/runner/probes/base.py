@@ -72,7 +72,6 @@ def load_builtin() -> None:
         amp_probe,
         compile_latency_probe,
         compile_probe,
-        custom_op_probe,
         export_probe,
         profile_probe,
     )
@@ -116,7 +115,7 @@ class PluginProbe:
             raise TypeError(
                 f"the {self.name} probe's run function returned {type(out).__name__}, not ProbeOutput"
             )
-        metrics = out.metrics_json()
-        if self.kind.metrics is not None and out.status == "ok":
-            metrics = self.kind.metrics.model_validate(metrics).model_dump(mode="json")
+        metrics, model = out.metrics, self.kind.metrics
+        if model is not None and out.status == "ok" and not isinstance(metrics, model):
+            metrics = model.model_validate(out.metrics_json())
         return ProbeOutput(out.status, out.message, metrics or None, out.details)
