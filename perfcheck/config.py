@@ -231,16 +231,6 @@ class TimingConfig(_Section):
         return self
 
 
-class ProfileConfig(_Section):
-    steps: int = Field(default=5, ge=1, description="profiled steps, after warm-up")
-    top_kernels: int = Field(
-        default=10, ge=1, description="kernels listed in the profile's finding of a changed kernel mix"
-    )
-    min_change_pct: float = Field(
-        default=5.0, ge=0, description="per-kernel time change, in % of the step's kernel time, that counts"
-    )
-
-
 class ReviewConfig(_Section):
     """The review as a whole."""
 
@@ -376,7 +366,6 @@ class Config(_Section):
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
     timing: TimingConfig = TimingConfig()
-    profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
     review: ReviewConfig = ReviewConfig()
     history: HistoryConfig = HistoryConfig()

@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict
 from perfcheck.config import (
     CompileConfig,
     ExportConfig,
-    ProfileConfig,
     TimingConfig,
     WorkloadConfig,
 )
@@ -70,7 +69,6 @@ class ProbeSpec(BaseModel):
     compile: CompileConfig = CompileConfig()
     export: ExportConfig = ExportConfig()
     timing: TimingConfig = TimingConfig()
-    profile: ProfileConfig = ProfileConfig()
     # Plugin probes: the modules the worker loads before it looks the probe up.
     plugins: tuple[str, ...] = ()
     # The probes' config sections, under their names, as their settings models write them

@@ -58,6 +58,8 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
         ("dpp: {}", "dpp: unknown key (did you mean `ddp`?)"),
         ("custom_ops: {namespace: [a]}", "custom_ops.namespace: unknown key (did you mean `namespaces`?)"),
         ("custom_ops: {auto: yes please}", "custom_ops.auto: expected true or false, without quotes"),
+        ("profile: {stepz: 2}", "profile.stepz: unknown key (did you mean `steps`?)"),
+        ("profile: 3", "profile: expected a mapping of settings (indented `key: value` lines) (got 3)"),
         ("budgets: {max_new_graph_breaks: -1}", "budgets.max_new_graph_breaks: expected"),
         ("budget: {}", "budget: unknown key"),
         ("- just\n- a list", "(top level): expected a mapping"),

@@ -427,7 +427,6 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
         compile=run.config.compile,
         export=run.config.export,
         timing=run.config.timing,
-        profile=run.config.profile,
         plugins=tuple(run.config.plugins),
         settings={
             k.name: section.model_dump(mode="json")

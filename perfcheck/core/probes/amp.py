@@ -141,5 +141,6 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     metrics=AmpMetrics,
+    run="perfcheck.runner.probes.amp_probe:run",
     categories=entries_beside(__file__),  # amp.yml: its own categories' entries
 )

@@ -69,11 +69,9 @@ def load_builtin() -> None:
     """Import the built-in probe modules, which register themselves on import: called here rather
     than in the package's __init__ so that torch loads only in probe processes."""
     from perfcheck.runner.probes import (  # noqa: F401
-        amp_probe,
         compile_latency_probe,
         compile_probe,
         export_probe,
-        profile_probe,
     )
 
 
