@@ -38,7 +38,6 @@ def default_probes() -> tuple[str, ...]:
 
 DEFAULT_WORKLOAD = "mlp-tiny"
 
-_OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
 _WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -80,26 +79,6 @@ class WorkloadConfig(_Section):
         for p in v or []:
             if p not in probe_names():
                 raise ValueError(f"probe names from {', '.join(probe_names())}; got {p!r}")
-        return v
-
-
-class ExportConfig(_Section):
-    allow_ops: list[str] = Field(default_factory=list, description="if set, every op must be listed")
-    deny_ops: list[str] = Field(default_factory=list)
-    strict: bool = Field(default=False, description="torch.export strict (Dynamo) tracing")
-    decompose: bool = Field(default=True, description="hash the core ATen IR after run_decompositions()")
-    fail_on_ir_change: bool = Field(
-        default=False,
-        description="an IR change fails the check (a compiler repo, where the IR is the contract); "
-        "off, it is a warning. Denied ops and ops outside allow_ops fail either way",
-    )
-
-    @field_validator("allow_ops", "deny_ops")
-    @classmethod
-    def _ops(cls, v: list[str]) -> list[str]:
-        for op in v:
-            if not _OP_NAME.match(op):
-                raise ValueError(f"op names like 'aten.native_dropout.default'; got {op!r}")
         return v
 
 
@@ -362,7 +341,6 @@ class Config(_Section):
     workloads: list[WorkloadConfig] = Field(
         default_factory=lambda: [WorkloadConfig(name=DEFAULT_WORKLOAD, entry=DEFAULT_WORKLOAD)]
     )
-    export: ExportConfig = ExportConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
     timing: TimingConfig = TimingConfig()

@@ -12,7 +12,6 @@ from pydantic import BaseModel, ConfigDict
 
 from perfcheck.config import (
     CompileConfig,
-    ExportConfig,
     TimingConfig,
     WorkloadConfig,
 )
@@ -67,7 +66,6 @@ class ProbeSpec(BaseModel):
     device: Literal["cpu", "cuda"] = "cpu"
     workload: WorkloadConfig
     compile: CompileConfig = CompileConfig()
-    export: ExportConfig = ExportConfig()
     timing: TimingConfig = TimingConfig()
     # Plugin probes: the modules the worker loads before it looks the probe up.
     plugins: tuple[str, ...] = ()

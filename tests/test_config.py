@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from perfcheck.config import Config, ConfigError, load_config, parse_config
+from perfcheck.core.probes.export import ExportSettings
 
 
 def test_defaults_run_the_builtin_tiny_mlp() -> None:
@@ -32,7 +33,7 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
     )
     assert config.workloads[0].amp == "bf16" and config.workloads[0].train
     assert config.budgets.compile_latency_s == {"resnet": 60}
-    assert config.export.deny_ops == ["aten.native_dropout.default"]
+    assert config.section(ExportSettings).deny_ops == ["aten.native_dropout.default"]
 
 
 @pytest.mark.parametrize(

@@ -425,7 +425,6 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
         device=run.device,  # type: ignore[arg-type]
         workload=wl,
         compile=run.config.compile,
-        export=run.config.export,
         timing=run.config.timing,
         plugins=tuple(run.config.plugins),
         settings={

@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 import difflib
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, rejected_finding, settled
 from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview, probe_metrics
 
 MAX_DIFF_LINES = 120
+
+# An op as the export: section names it: aten.addmm or aten.addmm.default.
+_OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
+
+
+class ExportSettings(BaseModel):
+    """The `export:` section of perfcheck.yml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow_ops: list[str] = Field(default_factory=list, description="if set, every op must be listed")
+    deny_ops: list[str] = Field(default_factory=list)
+    strict: bool = Field(default=False, description="torch.export strict (Dynamo) tracing")
+    decompose: bool = Field(default=True, description="hash the core ATen IR after run_decompositions()")
+    fail_on_ir_change: bool = Field(
+        default=False,
+        description="an IR change fails the check (a compiler repo, where the IR is the contract); "
+        "off, it is a warning. Denied ops and ops outside allow_ops fail either way",
+    )
+
+    @field_validator("allow_ops", "deny_ops")
+    @classmethod
+    def _ops(cls, v: list[str]) -> list[str]:
+        for op in v:
+            if not _OP_NAME.match(op):
+                raise ValueError(f"op names like 'aten.native_dropout.default'; got {op!r}")
+        return v
 
 
 def _total(op_diff: dict[str, list[int]], part: str, side: int) -> int:
@@ -57,7 +87,7 @@ def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> 
     )
     summary = ", ".join(f"{op} {n0}→{n1}" for op, (n0, n1) in op_diff.items()) or "same ops, different graph"
     # Severity by intent: a model repo changes its IR on purpose; a compiler repo makes it a contract.
-    fail = config.export.fail_on_ir_change
+    fail = config.section(ExportSettings).fail_on_ir_change
     decided = "export.fail_on_ir_change is on" if fail else "a warning: export.fail_on_ir_change is off"
     evidence: dict[str, object] = {
         "base_sha256": b.graph_sha256,
@@ -145,6 +175,8 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),
+    settings=ExportSettings,
     metrics=ExportMetrics,
+    run="perfcheck.runner.probes.export_probe:run",
     categories=entries_beside(__file__),  # export.yml: its own categories' entries
 )

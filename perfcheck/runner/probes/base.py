@@ -71,7 +71,6 @@ def load_builtin() -> None:
     from perfcheck.runner.probes import (  # noqa: F401
         compile_latency_probe,
         compile_probe,
-        export_probe,
     )
 
 
