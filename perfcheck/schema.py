@@ -1,7 +1,11 @@
 """The result contract between the runner (which runs PR code) and the bot (which holds tokens).
 
 This module must never import torch: the trusted bot side reads these documents as untrusted
-data and validates them strictly. Bump ``SCHEMA_VERSION`` on any incompatible change.
+data and validates them strictly. Bump ``SCHEMA_VERSION`` on any incompatible change. A probe's
+metrics model lives in its descriptor (perfcheck/core/probes/<probe>.py), built on ``Strict``;
+its results hold them under ``ProbeResult.metrics``, checked against it as they are read. The
+compile and timing probes' models stay here: their parts (CompileLatency, Plant) are the
+worker's spec's and the timing gate's too, which import no descriptor.
 """
 
 from __future__ import annotations
@@ -68,12 +72,12 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 Side = Literal["base", "head"]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     # NaN and infinities are no measurement: a document holding one is refused whole.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class SourceLocation(_Strict):
+class SourceLocation(Strict):
     path: str = Field(
         description="file path relative to the side's tree; outside it, relative to the import root "
         "it was found under (x_transformers/attend.py), never an absolute path"
@@ -84,7 +88,7 @@ class SourceLocation(_Strict):
     in_tree: bool = Field(default=True, description="the path is a file of the reviewed repository")
 
 
-class GraphBreak(_Strict):
+class GraphBreak(Strict):
     break_type: str = Field(
         description="Dynamo's graph-break type, e.g. 'Unsupported Tensor.item() call ...'"
     )
@@ -104,7 +108,7 @@ class GraphBreak(_Strict):
     )
 
 
-class Recompile(_Strict):
+class Recompile(Strict):
     function: str
     reason: str
     location: SourceLocation | None = Field(
@@ -130,7 +134,7 @@ CompileMeasure = Literal["callgrind", "wall"]
 COMPILE_STAGES: Final = ("dynamo", "aot_autograd", "inductor", "other")
 
 
-class CompileSample(_Strict):
+class CompileSample(Strict):
     """One cache-cold compile in a warm process: torch.compile and the first step, fresh caches."""
 
     wall_s: float = Field(ge=0)
@@ -141,7 +145,7 @@ class CompileSample(_Strict):
     stage_instructions: dict[str, int] = Field(default_factory=dict, description="callgrind, per stage")
 
 
-class CompileLatency(_Strict):
+class CompileLatency(Strict):
     """Repeated cold compiles of one side; sample i of base ran as the pair of sample i of head."""
 
     measure: CompileMeasure
@@ -154,7 +158,7 @@ class CompileLatency(_Strict):
     )
 
 
-class CompileMetrics(_Strict):
+class CompileMetrics(Strict):
     backend: str
     graph_count: int = Field(ge=0)
     graph_break_count: int = Field(ge=0)
@@ -190,7 +194,7 @@ class CompileMetrics(_Strict):
     error_location: SourceLocation | None = None
 
 
-class Plant(_Strict):
+class Plant(Strict):
     """Benchmark-only: a slowdown of known size, added to every step of one side."""
 
     device_pct: float = Field(
@@ -199,7 +203,7 @@ class Plant(_Strict):
     host_pct: float = Field(default=0.0, ge=0, description="host busy work of this share of host issue time")
 
 
-class DeviceStep(_Strict):
+class DeviceStep(Strict):
     """What the GPU did per step, from CUPTI activity in a profiler pass of its own (CUDA only)."""
 
     steps: int = Field(ge=1, description="profiled steps")
@@ -215,7 +219,7 @@ class DeviceStep(_Strict):
     )
 
 
-class TimingProcess(_Strict):
+class TimingProcess(Strict):
     """One worker process's figures. Process i of base ran beside process i of head, as a pair."""
 
     step_ms: float = Field(gt=0, description="wall-clock step: the mean of the fastest 5 % of timed steps")
@@ -243,7 +247,7 @@ class TimingProcess(_Strict):
     )
 
 
-class TimingMetrics(_Strict):
+class TimingMetrics(Strict):
     mode: Literal["eager", "compiled"]
     backend: str | None = None
     batch_size: int = Field(ge=1)
@@ -266,23 +270,7 @@ class TimingMetrics(_Strict):
     )
 
 
-class ExportMetrics(_Strict):
-    graph_sha256: str | None = None
-    graph_text: str | None = Field(default=None, description="canonical rendering of the exported graph")
-    op_counts: dict[str, int] = {}
-    denied_ops: list[str] = []
-    error_type: str | None = None
-    error_kind: str | None = Field(
-        default=None,
-        max_length=100,
-        description="what torch's error says it is, where it says (a UserError's type, e.g. "
-        "DYNAMIC_CONTROL_FLOW)",
-    )
-    error_message: str | None = None
-    error_location: SourceLocation | None = None
-
-
-class Environment(_Strict):
+class Environment(Strict):
     python: str
     torch: str | None = None
     triton: str | None = None
@@ -294,96 +282,7 @@ class Environment(_Strict):
     platform: str | None = None
 
 
-class Collective(_Strict):
-    """One kind of collective a training step issues, as the profiler saw it."""
-
-    op: str = Field(description="e.g. all_reduce, broadcast, all_gather")
-    group_size: int = Field(ge=1)
-    dtype: str
-    bytes: int = Field(ge=0, description="message size of one call")
-    count: int = Field(default=1, ge=1, description="calls per step")
-
-
-class RankGraphs(_Strict):
-    rank: int = Field(ge=0)
-    graph_hashes: list[str] = Field(description="hash of each compiled graph, in compile order")
-
-
-class DdpVariantMetrics(_Strict):
-    variant: Literal["eager", "compiled_ddp", "ddp_compiled"] = Field(
-        description="DDP(model); torch.compile(DDP(model)); DDP(torch.compile(model))"
-    )
-    step_ms: float | None = Field(default=None, ge=0, description="median step time on rank 0")
-    graph_count: int = Field(default=0, ge=0)
-    graph_breaks: list[GraphBreak] = Field(default=[], description="real breaks, not DDPOptimizer's")
-    ddp_splits: int = Field(default=0, ge=0, description="DDPOptimizer's intentional bucket splits")
-    ranks: list[RankGraphs] = []
-    collectives: list[Collective] = []
-    comm_overlap_pct: float | None = Field(
-        default=None, ge=0, le=100, description="share of communication time hidden behind compute"
-    )
-    error: str | None = None
-
-
-class DdpMetrics(_Strict):
-    backend: str
-    world_size: int = Field(ge=1)
-    variants: list[DdpVariantMetrics]
-
-
-class AmpOp(_Strict):
-    op: str = Field(description="ATen op or GPU kernel name")
-    dtype: str = Field(description="the dtype it ran in")
-    count: int = Field(default=1, ge=1)
-    location: SourceLocation | None = None
-    source: Literal["graph", "kernel"] = "graph"
-
-
-class AmpMetrics(_Strict):
-    dtype: Literal["bf16", "fp16"]
-    fp32_ops: list[AmpOp] = Field(default=[], description="matmul/conv-class ops left in fp32 under autocast")
-    autocast_breaks: list[GraphBreak] = Field(default=[], description="graph breaks at autocast boundaries")
-    low_precision_ops: int = Field(default=0, ge=0, description="matmul/conv-class ops in the low dtype")
-
-
-class CustomOpCheck(_Strict):
-    op: str = Field(description="namespace::name")
-    ok: bool
-    failed_check: str | None = Field(
-        default=None, description="e.g. test_faketensor, test_aot_dispatch_dynamic"
-    )
-    message: str | None = None
-    fake_at: SourceLocation | None = Field(
-        default=None, description="where the op's fake (meta) kernel is registered, when it has one"
-    )
-
-
-class CustomOpMetrics(_Strict):
-    ops: list[CustomOpCheck] = []
-
-
-class KernelStat(_Strict):
-    name: str
-    kind: Literal["compute", "communication", "memory", "cpu_op"]
-    count: int = Field(ge=0)
-    total_us: float = Field(ge=0)
-
-
-class TraceMetrics(_Strict):
-    """A profile pass (never the timing run): per-kernel totals over the profiled steps."""
-
-    steps: int = Field(ge=1)
-    kernels: list[KernelStat] = Field(description="GPU kernels, or CPU ops when no GPU ran")
-    idle_pct: float | None = Field(default=None, ge=0, le=100)
-    compute_pct: float | None = Field(default=None, ge=0, le=100)
-    non_compute_pct: float | None = Field(default=None, ge=0, le=100)
-    comm_overlap_pct: float | None = Field(default=None, ge=0, le=100)
-    trace_file: str | None = Field(
-        default=None, description="the Kineto trace, relative to the output folder"
-    )
-
-
-class ProbeResult(_Strict):
+class ProbeResult(Strict):
     probe: str
     workload: str
     side: Side
@@ -456,7 +355,7 @@ def probe_metrics(result: ProbeResult | None, model: type[M]) -> M | None:
     return result.metrics_as(model)
 
 
-class Acknowledgement(_Strict):
+class Acknowledgement(Strict):
     """A known change accepted by someone: the finding is shown but no longer fails the check."""
 
     by: str = Field(description="a login, or `config` for perfcheck.yml")
@@ -465,7 +364,7 @@ class Acknowledgement(_Strict):
     sha: str | None = Field(default=None, description="the head commit when it was acknowledged")
 
 
-class ExpiredAck(_Strict):
+class ExpiredAck(Strict):
     """An acknowledgement posted before the head commit existed: it covered an earlier commit, so the
     finding it would cover counts again until someone acknowledges the head."""
 
@@ -476,7 +375,7 @@ class ExpiredAck(_Strict):
     at: str | None = None
 
 
-class Finding(_Strict):
+class Finding(Strict):
     category: str = Field(description="a finding category: one of the built-in vocabulary, or a plugin's")
     severity: Severity
     workload: str
@@ -497,7 +396,7 @@ class Finding(_Strict):
         return v
 
 
-class SideInfo(_Strict):
+class SideInfo(Strict):
     tree: str
     revision: str | None = None
     environment: Environment | None = None
@@ -506,7 +405,7 @@ class SideInfo(_Strict):
 TimingMetric = Literal["device_ms", "step_ms", "host_ms"]
 
 
-class RatioChange(_Strict):
+class RatioChange(Strict):
     """head/base over pairs (perfcheck/core/stats.py's estimate) and what it says against a budget."""
 
     base: float = Field(gt=0, description="geometric mean over base's processes (or compiles)")
@@ -540,7 +439,7 @@ class MetricChange(RatioChange):
     decides: bool = Field(description="whether this metric counts toward the verdict")
 
 
-class TimingChange(_Strict):
+class TimingChange(Strict):
     """The timing verdict of one workload, judged by what bounds its step."""
 
     bound: Literal["device", "host", "cpu"]
@@ -553,7 +452,7 @@ class TimingChange(_Strict):
     verdict: Verdict
 
 
-class StageLatency(_Strict):
+class StageLatency(Strict):
     """One compile stage's cost, the median over a side's samples, in the deciding measure's unit."""
 
     stage: str
@@ -570,7 +469,7 @@ class CompileLatencyChange(RatioChange):
     stages: list[StageLatency] = []
 
 
-class WorkloadReview(_Strict):
+class WorkloadReview(Strict):
     name: str
     base: list[ProbeResult] = []
     head: list[ProbeResult] = []
@@ -583,7 +482,7 @@ class WorkloadReview(_Strict):
 ConfigOrigin = Literal["given", "base", "head", "built-in"]
 
 
-class StepCost(_Strict):
+class StepCost(Strict):
     """One step of a review's plan: what it was expected to cost when it was planned, and what it
     cost (None: not run)."""
 
@@ -599,7 +498,7 @@ class StepCost(_Strict):
     )
 
 
-class ReviewCosts(_Strict):
+class ReviewCosts(Strict):
     """Where a review's time went, against ``review.time_budget_s``, and what was cut to fit."""
 
     budget_s: float = Field(gt=0)
@@ -621,7 +520,7 @@ RERUN_DESCRIPTION = (
 )
 
 
-class Review(_Strict):
+class Review(Strict):
     schema_version: Literal[3] = SCHEMA_VERSION
     tool_version: str
     verdict: Verdict
@@ -650,7 +549,7 @@ class Review(_Strict):
     )
 
 
-class Shard(_Strict):
+class Shard(Strict):
     index: int = Field(ge=1, description="1-based")
     count: int = Field(ge=1)
 
@@ -664,7 +563,7 @@ class Shard(_Strict):
         return f"{self.index}/{self.count}"
 
 
-class ProbeRun(_Strict):
+class ProbeRun(Strict):
     """What `perfcheck probe` writes: one shard's raw measurements, before any comparison."""
 
     schema_version: Literal[3] = SCHEMA_VERSION
@@ -693,7 +592,7 @@ class ProbeRun(_Strict):
 # -- `perfcheck trace summary|diff --json`: documents a script can rely on --------------------------
 
 
-class TraceOpDoc(_Strict):
+class TraceOpDoc(Strict):
     name: str
     kind: str = Field(description="compute, communication, memory for GPU activity; cpu_op for CPU ops")
     count: int = Field(ge=0)
@@ -713,14 +612,14 @@ NAMING_DESCRIPTION = (
 )
 
 
-class TraceBreakdownDoc(_Strict):
+class TraceBreakdownDoc(Strict):
     span_us: float = Field(description="first to last GPU activity of the analysed steps")
     idle_pct: float
     compute_pct: float
     non_compute_pct: float
 
 
-class TraceSummaryDoc(_Strict):
+class TraceSummaryDoc(Strict):
     schema_version: Literal[2] = TRACE_SCHEMA_VERSION
     kind: Literal["trace-summary"] = "trace-summary"
     file: str
@@ -737,7 +636,7 @@ class TraceSummaryDoc(_Strict):
     ops: list[TraceOpDoc] = Field(description="largest total first; all of them, --top does not cut")
 
 
-class TraceChangeDoc(_Strict):
+class TraceChangeDoc(Strict):
     status: Literal["added", "removed", "changed"]
     name: str
     base_us: float | None = Field(description="per analysed step; None: not in base")
@@ -745,7 +644,7 @@ class TraceChangeDoc(_Strict):
     delta_us: float
 
 
-class TraceDiffDoc(_Strict):
+class TraceDiffDoc(Strict):
     schema_version: Literal[2] = TRACE_SCHEMA_VERSION
     kind: Literal["trace-diff"] = "trace-diff"
     naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from perfcheck.config import Config, parse_config
 from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import normalize_guard
+from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.schema import (
     CompileMetrics,
-    ExportMetrics,
     GraphBreak,
     ProbeResult,
     Recompile,

@@ -11,12 +11,12 @@ from pathlib import Path
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import Config, WorkloadConfig, parse_config
-from perfcheck.core.probes.custom_ops import custom_op_findings
+from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, custom_op_findings
 from perfcheck.core.render import render_comment
 from perfcheck.runner.loader import load_build
 from perfcheck.runner.probes.base import ProbeOutput, Workload, get_probe
 from perfcheck.runner.probes.custom_op_probe import summarize
-from perfcheck.schema import CustomOpCheck, CustomOpMetrics, Finding, ProbeResult
+from perfcheck.schema import Finding, ProbeResult
 from perfcheck.spec import ProbeSpec
 
 MODEL = """\

@@ -8,9 +8,9 @@ from typing import Any
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
-from perfcheck.core.probes.ddp import findings
+from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics, RankGraphs, findings
 from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult, RankGraphs
+from perfcheck.schema import ProbeResult
 
 # Six 512×512 layers: with 1 MB buckets each layer is its own bucket, so DDPOptimizer splits.
 MODEL = """\

@@ -147,7 +147,8 @@ def test_every_probe_shows_a_side_that_did_not_finish_in_its_cells_and_deltas() 
     """Each built-in probe's rows, with figures on both sides (DDP's only where it has a variant)
     and then one side's status changed: its cells and every Δ say the status."""
     from perfcheck.core import probes
-    from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult
+    from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics
+    from perfcheck.schema import ProbeResult
 
     ddp = DdpMetrics(backend="gloo", world_size=2, variants=[DdpVariantMetrics(variant="eager", step_ms=1.0)])
     kinds = [k for k in probes.kinds() if k.rows is not None]

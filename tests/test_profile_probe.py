@@ -9,9 +9,9 @@ from typing import Literal
 from conftest import ReviewFn, fast_config, model_tree
 
 from perfcheck.config import Config, parse_config
-from perfcheck.core.probes.profile import LISTED_LIMIT, findings
+from perfcheck.core.probes.profile import LISTED_LIMIT, KernelStat, TraceMetrics, findings
 from perfcheck.core.trace import summarize
-from perfcheck.schema import Finding, KernelStat, ProbeResult, Side, TraceMetrics
+from perfcheck.schema import Finding, ProbeResult, Side
 
 Kind = Literal["compute", "communication", "memory", "cpu_op"]
 

@@ -13,11 +13,11 @@ import pytest
 from pydantic import BaseModel
 
 from perfcheck.core import charts, history
+from perfcheck.core.probes.profile import KernelStat, TraceMetrics
 from perfcheck.core.reports import render_check_summary, render_html, render_job_summary
 from perfcheck.report_cli import add_html_parser
 from perfcheck.schema import (
     Finding,
-    KernelStat,
     MetricChange,
     ProbeResult,
     Review,
@@ -26,7 +26,6 @@ from perfcheck.schema import (
     TimingChange,
     TimingMetrics,
     TimingProcess,
-    TraceMetrics,
     WorkloadReview,
     load_review,
 )

@@ -151,8 +151,9 @@ DEMO_V2 = Path(__file__).parent / "data" / "demo-result.json"  # recorded by per
 
 
 def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp_path: Path) -> None:
+    from perfcheck.core.probes.export import ExportMetrics
     from perfcheck.core.render import render_comment
-    from perfcheck.schema import CompileMetrics, ExportMetrics, TimingMetrics, probe_metrics
+    from perfcheck.schema import CompileMetrics, TimingMetrics, probe_metrics
 
     raw = json.loads(DEMO_V2.read_text())
     assert raw["schema_version"] == 2 and "compile" in raw["workloads"][0]["base"][0]

@@ -16,10 +16,11 @@ from typing import Any
 
 from perfcheck.core.markdown import visible
 from perfcheck.core.matrix import of_chart
+from perfcheck.core.probes.profile import TraceMetrics
 from perfcheck.core.timing_gate import throughput_figures
 from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import ProbeResult, Review, TimingMetrics, TraceMetrics, probe_metrics
+from perfcheck.schema import ProbeResult, Review, TimingMetrics, probe_metrics
 from perfcheck.sweep_schema import SweepReport
 
 # Mermaid has no escape syntax inside quoted labels, so anything outside this set becomes a space:

@@ -23,7 +23,8 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.config import MatrixEntry, whole_phrases
-from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, TraceMetrics, categories, probe_metrics
+from perfcheck.core.probes.profile import TraceMetrics
+from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories, probe_metrics
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
 # evidence, rendered as plain text (every report escapes what it shows).

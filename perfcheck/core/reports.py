@@ -14,12 +14,12 @@ from markupsafe import Markup
 
 from perfcheck.core import charts, markdown
 from perfcheck.core.matrix import Entry
+from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.core.probes.timing import delta_cell
 from perfcheck.core.render import review_context, template_env, templates_dir
 from perfcheck.core.timing_gate import headline_metric, side_figure, throughput_figures
 from perfcheck.schema import (
     CompileMetrics,
-    ExportMetrics,
     Finding,
     ProbeResult,
     Review,

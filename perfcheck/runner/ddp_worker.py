@@ -25,13 +25,13 @@ import torch.distributed as dist
 from torch._dynamo.utils import counters
 from torch.nn.parallel import DistributedDataParallel
 
-from perfcheck.core.probes.ddp import DdpSettings
+from perfcheck.core.probes.ddp import DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.runner.process_end import run_and_end
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, RankGraphs, load_model
+from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
 # Steps in the profile pass: the overlap is their pooled figure and the collectives their average.

@@ -9,19 +9,37 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import Field
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
-    AmpMetrics,
-    AmpOp,
     Finding,
     GraphBreak,
     ProbeResult,
     SourceLocation,
+    Strict,
     WorkloadReview,
     probe_metrics,
 )
+
+
+class AmpOp(Strict):
+    op: str = Field(description="ATen op or GPU kernel name")
+    dtype: str = Field(description="the dtype it ran in")
+    count: int = Field(default=1, ge=1)
+    location: SourceLocation | None = None
+    source: Literal["graph", "kernel"] = "graph"
+
+
+class AmpMetrics(Strict):
+    dtype: Literal["bf16", "fp16"]
+    fp32_ops: list[AmpOp] = Field(default=[], description="matmul/conv-class ops left in fp32 under autocast")
+    autocast_breaks: list[GraphBreak] = Field(default=[], description="graph breaks at autocast boundaries")
+    low_precision_ops: int = Field(default=0, ge=0, description="matmul/conv-class ops in the low dtype")
+
 
 MAX_LISTED_OPS = 40
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
+from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
-    CustomOpCheck,
-    CustomOpMetrics,
-    ExportMetrics,
     Finding,
     ProbeResult,
+    SourceLocation,
+    Strict,
     WorkloadReview,
     probe_metrics,
 )
@@ -26,6 +26,22 @@ NO_CHECK = "opcheck"
 # PyTorch's own operator namespaces; '_'-prefixed ones (_c10d_functional, _quantized, ...) are
 # internal too. Anything else was registered by a project through torch.library or TORCH_LIBRARY.
 TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "debugprims", "inductor", "profiler"})
+
+
+class CustomOpCheck(Strict):
+    op: str = Field(description="namespace::name")
+    ok: bool
+    failed_check: str | None = Field(
+        default=None, description="e.g. test_faketensor, test_aot_dispatch_dynamic"
+    )
+    message: str | None = None
+    fake_at: SourceLocation | None = Field(
+        default=None, description="where the op's fake (meta) kernel is registered, when it has one"
+    )
+
+
+class CustomOpMetrics(Strict):
+    ops: list[CustomOpCheck] = Field(default=[])
 
 
 class CustomOpsSettings(BaseModel):

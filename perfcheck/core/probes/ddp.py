@@ -11,15 +11,44 @@ from pydantic import BaseModel, ConfigDict, Field
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
-from perfcheck.schema import (
-    DdpMetrics,
-    DdpVariantMetrics,
-    Finding,
-    ProbeResult,
-    RankGraphs,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.schema import Finding, GraphBreak, ProbeResult, Strict, WorkloadReview, probe_metrics
+
+
+class Collective(Strict):
+    """One kind of collective a training step issues, as the profiler saw it."""
+
+    op: str = Field(description="e.g. all_reduce, broadcast, all_gather")
+    group_size: int = Field(ge=1)
+    dtype: str
+    bytes: int = Field(ge=0, description="message size of one call")
+    count: int = Field(default=1, ge=1, description="calls per step")
+
+
+class RankGraphs(Strict):
+    rank: int = Field(ge=0)
+    graph_hashes: list[str] = Field(description="hash of each compiled graph, in compile order")
+
+
+class DdpVariantMetrics(Strict):
+    variant: Literal["eager", "compiled_ddp", "ddp_compiled"] = Field(
+        description="DDP(model); torch.compile(DDP(model)); DDP(torch.compile(model))"
+    )
+    step_ms: float | None = Field(default=None, ge=0, description="median step time on rank 0")
+    graph_count: int = Field(default=0, ge=0)
+    graph_breaks: list[GraphBreak] = Field(default=[], description="real breaks, not DDPOptimizer's")
+    ddp_splits: int = Field(default=0, ge=0, description="DDPOptimizer's intentional bucket splits")
+    ranks: list[RankGraphs] = Field(default=[])
+    collectives: list[Collective] = Field(default=[])
+    comm_overlap_pct: float | None = Field(
+        default=None, ge=0, le=100, description="share of communication time hidden behind compute"
+    )
+    error: str | None = None
+
+
+class DdpMetrics(Strict):
+    backend: str
+    world_size: int = Field(ge=1)
+    variants: list[DdpVariantMetrics]
 
 
 class DdpSettings(BaseModel):

@@ -9,9 +9,26 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, rejected_finding, settled
-from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview, probe_metrics
+from perfcheck.schema import Finding, ProbeResult, SourceLocation, Strict, WorkloadReview, probe_metrics
 
 MAX_DIFF_LINES = 120
+
+
+class ExportMetrics(Strict):
+    graph_sha256: str | None = None
+    graph_text: str | None = Field(default=None, description="canonical rendering of the exported graph")
+    op_counts: dict[str, int] = Field(default={})
+    denied_ops: list[str] = Field(default=[])
+    error_type: str | None = None
+    error_kind: str | None = Field(
+        default=None,
+        max_length=100,
+        description="what torch's error says it is, where it says (a UserError's type, e.g. "
+        "DYNAMIC_CONTROL_FLOW)",
+    )
+    error_message: str | None = None
+    error_location: SourceLocation | None = None
+
 
 # An op as the export: section names it: aten.addmm or aten.addmm.default.
 _OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")

@@ -10,7 +10,7 @@ Imports nothing from bot.compare, which registers this module (it would be an im
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,13 +18,34 @@ from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import Finding, ProbeResult, TraceMetrics, probe_metrics
+from perfcheck.schema import Finding, ProbeResult, Strict, probe_metrics
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a
 # name missing from it may simply be too small to be listed, not absent.
 LISTED_LIMIT = 500
 _NAMES_IN_MESSAGE = 3
 _NAMES_IN_EVIDENCE = 50
+
+
+class KernelStat(Strict):
+    name: str
+    kind: Literal["compute", "communication", "memory", "cpu_op"]
+    count: int = Field(ge=0)
+    total_us: float = Field(ge=0)
+
+
+class TraceMetrics(Strict):
+    """A profile pass (never the timing run): per-kernel totals over the profiled steps."""
+
+    steps: int = Field(ge=1)
+    kernels: list[KernelStat] = Field(description="GPU kernels, or CPU ops when no GPU ran")
+    idle_pct: float | None = Field(default=None, ge=0, le=100)
+    compute_pct: float | None = Field(default=None, ge=0, le=100)
+    non_compute_pct: float | None = Field(default=None, ge=0, le=100)
+    comm_overlap_pct: float | None = Field(default=None, ge=0, le=100)
+    trace_file: str | None = Field(
+        default=None, description="the Kineto trace, relative to the output folder"
+    )
 
 
 class ProfileSettings(BaseModel):

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from perfcheck.core.probes.ddp import DdpSettings
+from perfcheck.core.probes.ddp import DdpMetrics, DdpSettings
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.torchrun import run_ranks
-from perfcheck.schema import DdpMetrics, load_model
+from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
 

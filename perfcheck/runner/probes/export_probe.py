@@ -16,11 +16,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from perfcheck.core.probes.export import ExportSettings
+from perfcheck.core.probes.export import ExportMetrics, ExportSettings
 from perfcheck.runner import step as steps
 from perfcheck.runner.locate import exception_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.schema import ExportMetrics
 from perfcheck.spec import ProbeSpec
 
 

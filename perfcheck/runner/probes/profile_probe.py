@@ -21,11 +21,10 @@ import torch
 import torch._dynamo
 from torch.profiler import ProfilerActivity
 
-from perfcheck.core.probes.profile import LISTED_LIMIT, ProfileSettings
+from perfcheck.core.probes.profile import LISTED_LIMIT, KernelStat, ProfileSettings, TraceMetrics
 from perfcheck.core.trace.summary import OpTotal, TraceSummary, summarize
 from perfcheck.runner import step as steps
 from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.schema import KernelStat, TraceMetrics
 from perfcheck.spec import ProbeSpec, side_files
 
 WARMUP_STEPS = 3
