@@ -504,5 +504,6 @@ PROBE = ProbeKind(
     rows=rows,
     compared=("ok", "failed"),  # torch rejecting a side's code is compared too
     metrics=CompileMetrics,
+    run="perfcheck.runner.probes.compile_probe:run",
     categories=entries_beside(__file__),  # compile.yml: its own categories' entries
 )

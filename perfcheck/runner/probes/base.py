@@ -66,12 +66,16 @@ def register(name: str) -> Callable[[Callable[[], Probe]], Callable[[], Probe]]:
 
 
 def load_builtin() -> None:
-    """Import the built-in probe modules, which register themselves on import: called here rather
-    than in the package's __init__ so that torch loads only in probe processes."""
-    from perfcheck.runner.probes import (  # noqa: F401
-        compile_latency_probe,
-        compile_probe,
-    )
+    """Import the run modules of perfcheck's own probes (each descriptor's ``run=``) and the
+    runner's worker-only ``compile_latency`` probe (the compile probe's cache-cold compiles under
+    valgrind, which registers itself on import), as a fork server does before it forks: called
+    here rather than in the package's __init__ so that torch loads only in probe processes."""
+    from perfcheck.core import probes
+    from perfcheck.runner.probes import compile_latency_probe  # noqa: F401
+
+    for kind in probes.built_in():
+        if kind.run is not None:
+            importlib.import_module(kind.run.partition(":")[0])
 
 
 def get_probe(name: str) -> Probe:
