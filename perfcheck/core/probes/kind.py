@@ -21,10 +21,11 @@ under its name (read with ``Config.section``, and in the worker with ``ProbeSpec
 ``run`` says where its run function lives (``"module:function"``, imported only in the probe's
 worker process, where torch is): a plugin probe (a module named under ``plugins:`` in
 perfcheck.yml, see perfcheck/plugins.py) carries both, since no built-in file knows it, and so do
-the built-ins written in that shape (fsdp, ddp). The ``compile:`` and ``timing:`` sections are
-not one probe's: every compiling probe reads ``compile`` (backend, mode, dynamic) and the compile
-probe and the planner read ``timing``, so they stay the config's own (``Config.compile``,
-``Config.timing``).
+the built-ins (all but the timing probe, whose paired processes the orchestrator runs, name their
+run function; export, ddp, fsdp, custom_ops and profile their section). The ``compile:`` and
+``timing:`` sections are not one probe's: every compiling probe reads ``compile`` (backend, mode,
+dynamic) and the compile probe and the planner read ``timing``, so they stay the config's own
+(``Config.compile``, ``Config.timing``, and ``ProbeSpec``'s).
 """
 
 from __future__ import annotations
