@@ -27,6 +27,7 @@ from typing import Any
 from perfcheck.config import parse_config
 from perfcheck.review import ReviewRequest, run
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.schema import CompileMetrics
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo" / "base"
@@ -68,7 +69,8 @@ def _trial(kind: str, backend: str, measure: str, runs: int, work: Path) -> dict
     total = time.monotonic() - start
     wl = result.workloads[0]
     structural = sum(r.duration_s for r in [*wl.base, *wl.head])
-    latency = {side: getattr(wl, side)[0].compile.latency for side in ("base", "head")}
+    compiled = {side: getattr(wl, side)[0].metrics_as(CompileMetrics) for side in ("base", "head")}
+    latency = {side: m.latency for side, m in compiled.items()}
     key = "instructions" if measure == "callgrind" else "wall_s"
     pairs = [
         getattr(h, key) / getattr(b, key)
@@ -85,7 +87,7 @@ def _trial(kind: str, backend: str, measure: str, runs: int, work: Path) -> dict
         if change
         else None,
         "findings": [(f.category, f.severity, f.evidence.get("stage")) for f in result.findings],
-        "first_compile_s": [getattr(wl, side)[0].compile.cold_compile_s for side in ("base", "head")],
+        "first_compile_s": [compiled[side].cold_compile_s for side in ("base", "head")],
         "latency_cost_s": round(total - structural, 1),
         "review_s": round(total, 1),
         "samples": {s: [x.model_dump() for x in v.samples] for s, v in latency.items() if v},  # type: ignore[union-attr]

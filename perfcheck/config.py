@@ -10,13 +10,15 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
+
+S = TypeVar("S", bound=BaseModel)
 
 
 def probe_names() -> tuple[str, ...]:
@@ -36,7 +38,6 @@ def default_probes() -> tuple[str, ...]:
 
 DEFAULT_WORKLOAD = "mlp-tiny"
 
-_OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
 _WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -78,26 +79,6 @@ class WorkloadConfig(_Section):
         for p in v or []:
             if p not in probe_names():
                 raise ValueError(f"probe names from {', '.join(probe_names())}; got {p!r}")
-        return v
-
-
-class ExportConfig(_Section):
-    allow_ops: list[str] = Field(default_factory=list, description="if set, every op must be listed")
-    deny_ops: list[str] = Field(default_factory=list)
-    strict: bool = Field(default=False, description="torch.export strict (Dynamo) tracing")
-    decompose: bool = Field(default=True, description="hash the core ATen IR after run_decompositions()")
-    fail_on_ir_change: bool = Field(
-        default=False,
-        description="an IR change fails the check (a compiler repo, where the IR is the contract); "
-        "off, it is a warning. Denied ops and ops outside allow_ops fail either way",
-    )
-
-    @field_validator("allow_ops", "deny_ops")
-    @classmethod
-    def _ops(cls, v: list[str]) -> list[str]:
-        for op in v:
-            if not _OP_NAME.match(op):
-                raise ValueError(f"op names like 'aten.native_dropout.default'; got {op!r}")
         return v
 
 
@@ -227,46 +208,6 @@ class TimingConfig(_Section):
         if self.max_processes < self.processes:
             raise ValueError("max_processes at least processes")
         return self
-
-
-class DdpConfig(_Section):
-    """The `ddp` probe: launched with torchrun on world_size ranks of one host."""
-
-    world_size: int = Field(default=2, ge=1, description="ranks (one per GPU with nccl)")
-    backend: Literal["auto", "gloo", "nccl"] = Field(
-        default="auto", description="auto: nccl on cuda, else gloo"
-    )
-    variants: list[Literal["eager", "compiled_ddp", "ddp_compiled"]] = Field(
-        default=["eager", "compiled_ddp", "ddp_compiled"]
-    )
-    steps: int = Field(default=6, ge=2, description="training steps per variant (the first warms up)")
-    bucket_cap_mb: float = Field(
-        default=25.0,
-        ge=1,
-        description="DDP bucket size; at least its 1 MB first bucket (DDPOptimizer needs it)",
-    )
-
-
-class CustomOpsConfig(_Section):
-    namespaces: list[str] = Field(
-        default_factory=list,
-        description="torch.library namespaces to opcheck (default: those the workload uses)",
-    )
-    auto: bool = Field(
-        default=True,
-        description="run custom_ops on a workload whose exported graph calls a custom op, though it was "
-        "not asked for (a workload's own `probes` list or --probes still decides)",
-    )
-
-
-class ProfileConfig(_Section):
-    steps: int = Field(default=5, ge=1, description="profiled steps, after warm-up")
-    top_kernels: int = Field(
-        default=10, ge=1, description="kernels listed in the profile's finding of a changed kernel mix"
-    )
-    min_change_pct: float = Field(
-        default=5.0, ge=0, description="per-kernel time change, in % of the step's kernel time, that counts"
-    )
 
 
 class ReviewConfig(_Section):
@@ -400,13 +341,9 @@ class Config(_Section):
     workloads: list[WorkloadConfig] = Field(
         default_factory=lambda: [WorkloadConfig(name=DEFAULT_WORKLOAD, entry=DEFAULT_WORKLOAD)]
     )
-    export: ExportConfig = ExportConfig()
     budgets: BudgetsConfig = BudgetsConfig()
     compile: CompileConfig = CompileConfig()
     timing: TimingConfig = TimingConfig()
-    ddp: DdpConfig = DdpConfig()
-    custom_ops: CustomOpsConfig = CustomOpsConfig()
-    profile: ProfileConfig = ProfileConfig()
     github: GitHubConfig = GitHubConfig()
     review: ReviewConfig = ReviewConfig()
     history: HistoryConfig = HistoryConfig()
@@ -425,9 +362,10 @@ class Config(_Section):
         description="modules of plugin probes (installed packages); each section under a plugin "
         "probe's name holds its settings",
     )
-    # Filled by parse_config from the sections under plugin probes' names, each validated by its
-    # probe's own settings model; not a key of the file.
-    plugin_settings: dict[str, BaseModel] = Field(default_factory=dict, exclude=True)
+    # Filled by parse_config from the sections under probes' names (perfcheck's own and the
+    # plugins'), each validated by its probe's settings model (its descriptor's ``settings``);
+    # not a key of the file. Read with ``section``.
+    probe_settings: dict[str, BaseModel] = Field(default_factory=dict, exclude=True)
     source: str = Field(default="(defaults)", exclude=True, description="where this config came from")
 
     @field_validator("matrix")
@@ -468,6 +406,12 @@ class Config(_Section):
                 return w
         raise KeyError(name)
 
+    def section(self, model: type[S]) -> S:
+        """A probe's config section, as its settings model (``model``): the file's, else the
+        model's defaults."""
+        found = next((s for s in self.probe_settings.values() if type(s) is model), None)
+        return found if found is not None else model()
+
 
 def planned_probes(
     workloads: list[WorkloadConfig], probes: tuple[str, ...] = ()
@@ -488,7 +432,14 @@ def follow_up_probes(
 ) -> tuple[str, ...]:
     """Probes a workload may get once the planned ones show they apply (custom_ops, when its
     exported graph calls a custom op); only where its probes were left to the defaults."""
-    if probes or wl.probes is not None or not config.custom_ops.auto or "export" not in planned:
+    from perfcheck.core.probes.custom_ops import CustomOpsSettings  # the probe's own section
+
+    if (
+        probes
+        or wl.probes is not None
+        or not config.section(CustomOpsSettings).auto
+        or "export" not in planned
+    ):
         return ()
     return () if "custom_ops" in planned else ("custom_ops",)
 
@@ -527,9 +478,10 @@ def _expectation(e: Any) -> str:
     return msg.replace(", unable to interpret input", "")
 
 
-def _suggestion(key: str, loc: tuple[Any, ...]) -> str:
-    """' (did you mean `workloads`?)' for a key close to one its section knows, else ''."""
-    model: Any = Config
+def _suggestion(key: str, loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> str:
+    """' (did you mean `workloads`?)' for a key close to one its section knows, else ''; ``loc``
+    is within ``root`` (a probe's settings model; the config's own by default)."""
+    model: Any = root or Config
     for part in loc[:-1]:
         field = (
             model.model_fields.get(part) if isinstance(part, str) and hasattr(model, "model_fields") else None
@@ -541,7 +493,7 @@ def _suggestion(key: str, loc: tuple[Any, ...]) -> str:
         annotation = field.annotation
         inner = getattr(annotation, "__args__", None)
         model = next((a for a in inner or () if hasattr(a, "model_fields")), annotation)
-    names = [n for n in getattr(model, "model_fields", {}) if n not in ("source", "plugin_settings")]
+    names = [n for n in getattr(model, "model_fields", {}) if n not in ("source", "probe_settings")]
     if model is Config:  # the sections of perfcheck's own probes that carry their settings
         from perfcheck.core import probes
 
@@ -550,7 +502,11 @@ def _suggestion(key: str, loc: tuple[Any, ...]) -> str:
     return f" (did you mean `{close[0]}`?)" if close else ""
 
 
-def _describe(err: ValidationError, source: str, under: tuple[str, ...] = ()) -> str:
+def _describe(
+    err: ValidationError, source: str, under: tuple[str, ...] = (), root: type[BaseModel] | None = None
+) -> str:
+    """The errors as the user reads them: file, key, expectation. ``under``: the section the
+    errors' locations are within, validated by ``root`` (a probe's settings model)."""
     lines = []
     for e in err.errors():
         key = _key((*under, *e["loc"]))
@@ -558,8 +514,7 @@ def _describe(err: ValidationError, source: str, under: tuple[str, ...] = ()) ->
             lines.append(f"{source}: {key}.{e['ctx']['key']}: {e['msg']}")
             continue
         if e["type"] == "extra_forbidden":
-            loc = (*under, *e["loc"])
-            lines.append(f"{source}: {key}: unknown key{_suggestion(str(loc[-1]), loc) if not under else ''}")
+            lines.append(f"{source}: {key}: unknown key{_suggestion(str(e['loc'][-1]), e['loc'], root)}")
             continue
         got = e.get("input")
         shown = "" if e["type"] == "missing" or isinstance(got, dict | list) else f" (got {got!r})"
@@ -581,8 +536,8 @@ def _load_yaml(text: str, source: str) -> dict[str, Any]:
         )
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: (top level): expected a mapping of settings, got {type(data).__name__}")
-    if "plugin_settings" in data or "source" in data:
-        key = "plugin_settings" if "plugin_settings" in data else "source"
+    if "probe_settings" in data or "source" in data:
+        key = "probe_settings" if "probe_settings" in data else "source"
         raise ConfigError(f"{source}: {key}: unknown key")
     return dict(data)
 
@@ -592,8 +547,8 @@ def parse_config(text: str, source: str) -> Config:
 
 
 def _validate(data: dict[str, Any], source: str) -> Config:
-    sections = _plugin_sections(data, source)  # takes the plugins' sections out of data
-    data["plugin_settings"] = sections
+    sections = _probe_sections(data, source)  # takes the probes' sections out of data
+    data["probe_settings"] = sections
     try:
         # Strict: a quoted "0" is text, not the number a budget needs; YAML says which it is.
         return Config.model_validate({**data, "source": source}, strict=True)
@@ -632,7 +587,10 @@ def first_adoption_config(text: str, source: str) -> Config:
     config = _validate(data, source)
     defaults = Config()
     for section, key, bound in _NEVER_LOOSER:
-        got, default = getattr(getattr(config, section), key), getattr(getattr(defaults, section), key)
+        got, default = (
+            getattr(_named_section(config, section), key),
+            getattr(_named_section(defaults, section), key),
+        )
         if (got > default) if bound == "at most" else (got < default):
             raise ConfigError(
                 f"{source}: {section}.{key}: expected {bound} {default:g} (the default) in a first "
@@ -643,9 +601,23 @@ def first_adoption_config(text: str, source: str) -> Config:
     return config
 
 
-def _plugin_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
+def _named_section(config: Config, name: str) -> BaseModel:
+    """The config's section ``name``: one of its own, or a probe's (its defaults if not set)."""
+    if name in Config.model_fields:
+        return getattr(config, name)
+    from perfcheck.core import probes
+
+    kind = probes.get(name)
+    section = kind.settings_of(config) if kind is not None else None
+    if section is None:
+        raise KeyError(name)
+    return section
+
+
+def _probe_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
     """Load the plugins ``data`` names (they add probes, categories and config sections), then take
-    each plugin probe's section out of ``data`` and validate it with the probe's settings model."""
+    each probe's section (perfcheck's own and the plugins') out of ``data`` and validate it with
+    the probe's settings model."""
     from perfcheck import plugins
 
     names = data.get("plugins", [])
@@ -667,7 +639,7 @@ def _plugin_sections(data: dict[str, Any], source: str) -> dict[str, BaseModel]:
         try:
             sections[kind.name] = kind.settings.model_validate(data.pop(kind.name), strict=True)
         except ValidationError as err:
-            raise ConfigError(_describe(err, source, (kind.name,))) from None
+            raise ConfigError(_describe(err, source, (kind.name,), kind.settings)) from None
     return sections
 
 

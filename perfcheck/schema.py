@@ -1,7 +1,11 @@
 """The result contract between the runner (which runs PR code) and the bot (which holds tokens).
 
 This module must never import torch: the trusted bot side reads these documents as untrusted
-data and validates them strictly. Bump ``SCHEMA_VERSION`` on any incompatible change.
+data and validates them strictly. Bump ``SCHEMA_VERSION`` on any incompatible change. A probe's
+metrics model lives in its descriptor (perfcheck/core/probes/<probe>.py), built on ``Strict``;
+its results hold them under ``ProbeResult.metrics``, checked against it as they are read. The
+compile and timing probes' models stay here: their parts (CompileLatency, Plant) are the
+worker's spec's and the timing gate's too, which import no descriptor.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -23,7 +28,11 @@ from pydantic import (
 from perfcheck.bisect_schema import BisectDoc
 
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
-SCHEMA_VERSION: Final = 2
+# 3: a probe's metrics are under ProbeResult.metrics, in its descriptor's metrics model, for every
+# probe (version 2 had a field per built-in probe: `compile`, `timing`, ...; ``upgraded_v2`` reads it).
+SCHEMA_VERSION: Final = 3
+# The trace documents (`perfcheck trace ... --json`) did not change with version 3: they keep 2.
+TRACE_SCHEMA_VERSION: Final = 2
 
 # The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a
 # probe's process that crashed or hung (perfcheck/core/compare.py, for any probe) and what the
@@ -31,6 +40,8 @@ SCHEMA_VERSION: Final = 2
 # (perfcheck/core/probes); a finding's category is checked against them all.
 SHARED_CATEGORIES = ("probe_crashed", "probe_timeout", "rank_graph_mismatch", "collective_drift")
 _REGISTERED: list[str] = []
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def register_categories(names: list[str]) -> None:
@@ -61,12 +72,12 @@ Verdict = Literal["pass", "fail", "inconclusive"]
 Side = Literal["base", "head"]
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     # NaN and infinities are no measurement: a document holding one is refused whole.
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-class SourceLocation(_Strict):
+class SourceLocation(Strict):
     path: str = Field(
         description="file path relative to the side's tree; outside it, relative to the import root "
         "it was found under (x_transformers/attend.py), never an absolute path"
@@ -77,7 +88,7 @@ class SourceLocation(_Strict):
     in_tree: bool = Field(default=True, description="the path is a file of the reviewed repository")
 
 
-class GraphBreak(_Strict):
+class GraphBreak(Strict):
     break_type: str = Field(
         description="Dynamo's graph-break type, e.g. 'Unsupported Tensor.item() call ...'"
     )
@@ -97,7 +108,7 @@ class GraphBreak(_Strict):
     )
 
 
-class Recompile(_Strict):
+class Recompile(Strict):
     function: str
     reason: str
     location: SourceLocation | None = Field(
@@ -123,7 +134,7 @@ CompileMeasure = Literal["callgrind", "wall"]
 COMPILE_STAGES: Final = ("dynamo", "aot_autograd", "inductor", "other")
 
 
-class CompileSample(_Strict):
+class CompileSample(Strict):
     """One cache-cold compile in a warm process: torch.compile and the first step, fresh caches."""
 
     wall_s: float = Field(ge=0)
@@ -134,7 +145,7 @@ class CompileSample(_Strict):
     stage_instructions: dict[str, int] = Field(default_factory=dict, description="callgrind, per stage")
 
 
-class CompileLatency(_Strict):
+class CompileLatency(Strict):
     """Repeated cold compiles of one side; sample i of base ran as the pair of sample i of head."""
 
     measure: CompileMeasure
@@ -147,7 +158,7 @@ class CompileLatency(_Strict):
     )
 
 
-class CompileMetrics(_Strict):
+class CompileMetrics(Strict):
     backend: str
     graph_count: int = Field(ge=0)
     graph_break_count: int = Field(ge=0)
@@ -183,7 +194,7 @@ class CompileMetrics(_Strict):
     error_location: SourceLocation | None = None
 
 
-class Plant(_Strict):
+class Plant(Strict):
     """Benchmark-only: a slowdown of known size, added to every step of one side."""
 
     device_pct: float = Field(
@@ -192,7 +203,7 @@ class Plant(_Strict):
     host_pct: float = Field(default=0.0, ge=0, description="host busy work of this share of host issue time")
 
 
-class DeviceStep(_Strict):
+class DeviceStep(Strict):
     """What the GPU did per step, from CUPTI activity in a profiler pass of its own (CUDA only)."""
 
     steps: int = Field(ge=1, description="profiled steps")
@@ -208,7 +219,7 @@ class DeviceStep(_Strict):
     )
 
 
-class TimingProcess(_Strict):
+class TimingProcess(Strict):
     """One worker process's figures. Process i of base ran beside process i of head, as a pair."""
 
     step_ms: float = Field(gt=0, description="wall-clock step: the mean of the fastest 5 % of timed steps")
@@ -236,7 +247,7 @@ class TimingProcess(_Strict):
     )
 
 
-class TimingMetrics(_Strict):
+class TimingMetrics(Strict):
     mode: Literal["eager", "compiled"]
     backend: str | None = None
     batch_size: int = Field(ge=1)
@@ -259,23 +270,7 @@ class TimingMetrics(_Strict):
     )
 
 
-class ExportMetrics(_Strict):
-    graph_sha256: str | None = None
-    graph_text: str | None = Field(default=None, description="canonical rendering of the exported graph")
-    op_counts: dict[str, int] = {}
-    denied_ops: list[str] = []
-    error_type: str | None = None
-    error_kind: str | None = Field(
-        default=None,
-        max_length=100,
-        description="what torch's error says it is, where it says (a UserError's type, e.g. "
-        "DYNAMIC_CONTROL_FLOW)",
-    )
-    error_message: str | None = None
-    error_location: SourceLocation | None = None
-
-
-class Environment(_Strict):
+class Environment(Strict):
     python: str
     torch: str | None = None
     triton: str | None = None
@@ -287,96 +282,7 @@ class Environment(_Strict):
     platform: str | None = None
 
 
-class Collective(_Strict):
-    """One kind of collective a training step issues, as the profiler saw it."""
-
-    op: str = Field(description="e.g. all_reduce, broadcast, all_gather")
-    group_size: int = Field(ge=1)
-    dtype: str
-    bytes: int = Field(ge=0, description="message size of one call")
-    count: int = Field(default=1, ge=1, description="calls per step")
-
-
-class RankGraphs(_Strict):
-    rank: int = Field(ge=0)
-    graph_hashes: list[str] = Field(description="hash of each compiled graph, in compile order")
-
-
-class DdpVariantMetrics(_Strict):
-    variant: Literal["eager", "compiled_ddp", "ddp_compiled"] = Field(
-        description="DDP(model); torch.compile(DDP(model)); DDP(torch.compile(model))"
-    )
-    step_ms: float | None = Field(default=None, ge=0, description="median step time on rank 0")
-    graph_count: int = Field(default=0, ge=0)
-    graph_breaks: list[GraphBreak] = Field(default=[], description="real breaks, not DDPOptimizer's")
-    ddp_splits: int = Field(default=0, ge=0, description="DDPOptimizer's intentional bucket splits")
-    ranks: list[RankGraphs] = []
-    collectives: list[Collective] = []
-    comm_overlap_pct: float | None = Field(
-        default=None, ge=0, le=100, description="share of communication time hidden behind compute"
-    )
-    error: str | None = None
-
-
-class DdpMetrics(_Strict):
-    backend: str
-    world_size: int = Field(ge=1)
-    variants: list[DdpVariantMetrics]
-
-
-class AmpOp(_Strict):
-    op: str = Field(description="ATen op or GPU kernel name")
-    dtype: str = Field(description="the dtype it ran in")
-    count: int = Field(default=1, ge=1)
-    location: SourceLocation | None = None
-    source: Literal["graph", "kernel"] = "graph"
-
-
-class AmpMetrics(_Strict):
-    dtype: Literal["bf16", "fp16"]
-    fp32_ops: list[AmpOp] = Field(default=[], description="matmul/conv-class ops left in fp32 under autocast")
-    autocast_breaks: list[GraphBreak] = Field(default=[], description="graph breaks at autocast boundaries")
-    low_precision_ops: int = Field(default=0, ge=0, description="matmul/conv-class ops in the low dtype")
-
-
-class CustomOpCheck(_Strict):
-    op: str = Field(description="namespace::name")
-    ok: bool
-    failed_check: str | None = Field(
-        default=None, description="e.g. test_faketensor, test_aot_dispatch_dynamic"
-    )
-    message: str | None = None
-    fake_at: SourceLocation | None = Field(
-        default=None, description="where the op's fake (meta) kernel is registered, when it has one"
-    )
-
-
-class CustomOpMetrics(_Strict):
-    ops: list[CustomOpCheck] = []
-
-
-class KernelStat(_Strict):
-    name: str
-    kind: Literal["compute", "communication", "memory", "cpu_op"]
-    count: int = Field(ge=0)
-    total_us: float = Field(ge=0)
-
-
-class TraceMetrics(_Strict):
-    """A profile pass (never the timing run): per-kernel totals over the profiled steps."""
-
-    steps: int = Field(ge=1)
-    kernels: list[KernelStat] = Field(description="GPU kernels, or CPU ops when no GPU ran")
-    idle_pct: float | None = Field(default=None, ge=0, le=100)
-    compute_pct: float | None = Field(default=None, ge=0, le=100)
-    non_compute_pct: float | None = Field(default=None, ge=0, le=100)
-    comm_overlap_pct: float | None = Field(default=None, ge=0, le=100)
-    trace_file: str | None = Field(
-        default=None, description="the Kineto trace, relative to the output folder"
-    )
-
-
-class ProbeResult(_Strict):
+class ProbeResult(Strict):
     probe: str
     workload: str
     side: Side
@@ -387,20 +293,69 @@ class ProbeResult(_Strict):
         default=False, description="crashed in the workload's own import or build(), before the probe's work"
     )
     environment: Environment | None = None
-    compile: CompileMetrics | None = None
-    export: ExportMetrics | None = None
-    timing: TimingMetrics | None = None
-    ddp: DdpMetrics | None = None
-    amp: AmpMetrics | None = None
-    custom_ops: CustomOpMetrics | None = None
-    trace: TraceMetrics | None = None
     metrics: dict[str, Any] = Field(
-        default={}, description="a plugin probe's metrics (its own model validates them)"
+        default={},
+        description="what the probe measured, in its descriptor's metrics model (`perfcheck schema "
+        "result` gives each probe's); empty where it measured nothing",
     )
     details: dict[str, Any] = {}
+    # The metrics as the probe's own model, validated once: (the dict they were read from, the
+    # model). A copy whose metrics were replaced (model_copy) no longer matches and validates anew.
+    _typed: tuple[dict[str, Any], BaseModel] | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _fit(self) -> ProbeResult:
+        # A registered probe's metrics are checked as the result is read, as strictly as the rest
+        # of the document; a plugin's not loaded yet are checked where its comparator asks for them.
+        model = metrics_model(self.probe)
+        if model is not None and self.metrics:
+            try:
+                self.metrics_as(model)
+            except ValidationError as err:
+                raise ValueError(f"the {self.probe} probe's metrics: {_first_problem(err)}") from None
+        return self
+
+    def metrics_as(self, model: type[M]) -> M:
+        """The metrics as ``model``, validated on the first call (pydantic's ValidationError when
+        they do not fit it)."""
+        cached = self._typed
+        if cached is not None and cached[0] is self.metrics and type(cached[1]) is model:
+            return cached[1]
+        typed = model.model_validate(self.metrics)
+        self._typed = (self.metrics, typed)
+        return typed
+
+    def with_metrics(self, typed: BaseModel) -> ProbeResult:
+        """This result holding ``typed`` as its metrics (the orchestrator adds to a probe's)."""
+        copy = self.model_copy(update={"metrics": typed.model_dump(mode="json")})
+        copy._typed = (copy.metrics, typed)
+        return copy
 
 
-class Acknowledgement(_Strict):
+def _first_problem(err: ValidationError) -> str:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"metrics.{where}: {first['msg']}{more}"
+
+
+def metrics_model(probe: str) -> type[BaseModel] | None:
+    """The metrics model of a registered probe; None for one not registered (yet) or without one."""
+    from perfcheck.core import probes
+
+    kind = probes.get(probe)
+    return kind.metrics if kind is not None else None
+
+
+def probe_metrics(result: ProbeResult | None, model: type[M]) -> M | None:
+    """``result``'s metrics as ``model``: None where there is no result, it measured nothing, or it
+    is another probe's (whose metrics model is not ``model``). Validated once per result."""
+    if result is None or not result.metrics or metrics_model(result.probe) is not model:
+        return None
+    return result.metrics_as(model)
+
+
+class Acknowledgement(Strict):
     """A known change accepted by someone: the finding is shown but no longer fails the check."""
 
     by: str = Field(description="a login, or `config` for perfcheck.yml")
@@ -409,7 +364,7 @@ class Acknowledgement(_Strict):
     sha: str | None = Field(default=None, description="the head commit when it was acknowledged")
 
 
-class ExpiredAck(_Strict):
+class ExpiredAck(Strict):
     """An acknowledgement posted before the head commit existed: it covered an earlier commit, so the
     finding it would cover counts again until someone acknowledges the head."""
 
@@ -420,7 +375,7 @@ class ExpiredAck(_Strict):
     at: str | None = None
 
 
-class Finding(_Strict):
+class Finding(Strict):
     category: str = Field(description="a finding category: one of the built-in vocabulary, or a plugin's")
     severity: Severity
     workload: str
@@ -441,7 +396,7 @@ class Finding(_Strict):
         return v
 
 
-class SideInfo(_Strict):
+class SideInfo(Strict):
     tree: str
     revision: str | None = None
     environment: Environment | None = None
@@ -450,7 +405,7 @@ class SideInfo(_Strict):
 TimingMetric = Literal["device_ms", "step_ms", "host_ms"]
 
 
-class RatioChange(_Strict):
+class RatioChange(Strict):
     """head/base over pairs (perfcheck/core/stats.py's estimate) and what it says against a budget."""
 
     base: float = Field(gt=0, description="geometric mean over base's processes (or compiles)")
@@ -484,7 +439,7 @@ class MetricChange(RatioChange):
     decides: bool = Field(description="whether this metric counts toward the verdict")
 
 
-class TimingChange(_Strict):
+class TimingChange(Strict):
     """The timing verdict of one workload, judged by what bounds its step."""
 
     bound: Literal["device", "host", "cpu"]
@@ -497,7 +452,7 @@ class TimingChange(_Strict):
     verdict: Verdict
 
 
-class StageLatency(_Strict):
+class StageLatency(Strict):
     """One compile stage's cost, the median over a side's samples, in the deciding measure's unit."""
 
     stage: str
@@ -514,7 +469,7 @@ class CompileLatencyChange(RatioChange):
     stages: list[StageLatency] = []
 
 
-class WorkloadReview(_Strict):
+class WorkloadReview(Strict):
     name: str
     base: list[ProbeResult] = []
     head: list[ProbeResult] = []
@@ -527,7 +482,7 @@ class WorkloadReview(_Strict):
 ConfigOrigin = Literal["given", "base", "head", "built-in"]
 
 
-class StepCost(_Strict):
+class StepCost(Strict):
     """One step of a review's plan: what it was expected to cost when it was planned, and what it
     cost (None: not run)."""
 
@@ -543,7 +498,7 @@ class StepCost(_Strict):
     )
 
 
-class ReviewCosts(_Strict):
+class ReviewCosts(Strict):
     """Where a review's time went, against ``review.time_budget_s``, and what was cut to fit."""
 
     budget_s: float = Field(gt=0)
@@ -565,8 +520,8 @@ RERUN_DESCRIPTION = (
 )
 
 
-class Review(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+class Review(Strict):
+    schema_version: Literal[3] = SCHEMA_VERSION
     tool_version: str
     verdict: Verdict
     summary: str
@@ -594,7 +549,7 @@ class Review(_Strict):
     )
 
 
-class Shard(_Strict):
+class Shard(Strict):
     index: int = Field(ge=1, description="1-based")
     count: int = Field(ge=1)
 
@@ -608,10 +563,10 @@ class Shard(_Strict):
         return f"{self.index}/{self.count}"
 
 
-class ProbeRun(_Strict):
+class ProbeRun(Strict):
     """What `perfcheck probe` writes: one shard's raw measurements, before any comparison."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     kind: Literal["probe-run"] = "probe-run"
     tool_version: str
     shard: Shard
@@ -637,7 +592,7 @@ class ProbeRun(_Strict):
 # -- `perfcheck trace summary|diff --json`: documents a script can rely on --------------------------
 
 
-class TraceOpDoc(_Strict):
+class TraceOpDoc(Strict):
     name: str
     kind: str = Field(description="compute, communication, memory for GPU activity; cpu_op for CPU ops")
     count: int = Field(ge=0)
@@ -657,15 +612,15 @@ NAMING_DESCRIPTION = (
 )
 
 
-class TraceBreakdownDoc(_Strict):
+class TraceBreakdownDoc(Strict):
     span_us: float = Field(description="first to last GPU activity of the analysed steps")
     idle_pct: float
     compute_pct: float
     non_compute_pct: float
 
 
-class TraceSummaryDoc(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+class TraceSummaryDoc(Strict):
+    schema_version: Literal[2] = TRACE_SCHEMA_VERSION
     kind: Literal["trace-summary"] = "trace-summary"
     file: str
     events: int = Field(ge=0, description="events with a duration")
@@ -681,7 +636,7 @@ class TraceSummaryDoc(_Strict):
     ops: list[TraceOpDoc] = Field(description="largest total first; all of them, --top does not cut")
 
 
-class TraceChangeDoc(_Strict):
+class TraceChangeDoc(Strict):
     status: Literal["added", "removed", "changed"]
     name: str
     base_us: float | None = Field(description="per analysed step; None: not in base")
@@ -689,8 +644,8 @@ class TraceChangeDoc(_Strict):
     delta_us: float
 
 
-class TraceDiffDoc(_Strict):
-    schema_version: Literal[2] = SCHEMA_VERSION
+class TraceDiffDoc(Strict):
+    schema_version: Literal[2] = TRACE_SCHEMA_VERSION
     kind: Literal["trace-diff"] = "trace-diff"
     naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)
     base: TraceSummaryDoc
@@ -699,8 +654,6 @@ class TraceDiffDoc(_Strict):
         description="largest absolute change first; unchanged names left out"
     )
 
-
-M = TypeVar("M", bound=BaseModel)
 
 # A result document larger than this is refused before it is parsed.
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
@@ -747,11 +700,56 @@ def _load_versioned(model: type[M], path: Path) -> M:
     if not isinstance(data, dict):
         raise ContractError(f"{path}: expected a JSON object, got {type(data).__name__}")
     version = data.get("schema_version")
-    if version != SCHEMA_VERSION:
+    if version == 2:
+        # Written before version 3 (a history's earlier artifacts, a probe job of an older
+        # perfcheck): read as version 3 says the same, through the one validation path.
+        raw = json.dumps(upgraded_v2(data, str(path))).encode()
+    elif version != SCHEMA_VERSION:
         raise ContractError(
-            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION})"
+            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}, or 2)"
         )
     return load_model(model, raw, str(path))
+
+
+# Version 2's fields of a probe result, one per built-in probe that had its metrics there: the
+# profile probe's were `trace`. Version 3 keeps every probe's under `metrics`.
+_V2_METRICS = ("compile", "export", "timing", "ddp", "amp", "custom_ops", "trace")
+
+
+def upgraded_v2(data: dict[str, Any], source: str) -> dict[str, Any]:
+    """A version 2 result.json or probe-run document as version 3 holds it: each probe result's
+    metrics moved from its probe's field to `metrics`. Anything else is left for the validation
+    to judge; a result holding two probes' metrics (never written) is refused, naming it."""
+    workloads = data.get("workloads")
+    out = {**data, "schema_version": SCHEMA_VERSION}
+    if not isinstance(workloads, list):
+        return out
+    moved = []
+    for i, wl in enumerate(workloads):
+        if not isinstance(wl, dict):
+            moved.append(wl)
+            continue
+        wl = dict(wl)
+        for side in ("base", "head"):
+            results = wl.get(side)
+            if isinstance(results, list):
+                wl[side] = [
+                    _upgraded_result(r, f"{source}: workloads.{i}.{side}.{j}") if isinstance(r, dict) else r
+                    for j, r in enumerate(results)
+                ]
+        moved.append(wl)
+    out["workloads"] = moved
+    return out
+
+
+def _upgraded_result(result: dict[str, Any], where: str) -> dict[str, Any]:
+    named = {k: result[k] for k in _V2_METRICS if result.get(k) is not None}
+    out = {k: v for k, v in result.items() if k not in _V2_METRICS}
+    if len(named) + bool(result.get("metrics")) > 1:
+        raise ContractError(f"{where}: metrics of several probes ({', '.join(named)}); version 2 wrote one")
+    if named:
+        out["metrics"] = next(iter(named.values()))
+    return out
 
 
 def load_review(path: Path) -> Review:
@@ -775,7 +773,39 @@ def json_schema(document: str = "result") -> dict[str, Any]:
     """A document's JSON Schema (``DOCUMENTS``); a finding's category is the vocabulary known now
     (plugins' too)."""
     schema = DOCUMENTS[document].model_json_schema()
-    finding = schema.get("$defs", {}).get("Finding")
+    defs = schema.get("$defs", {})
+    finding = defs.get("Finding")
     if finding is not None:
         finding["properties"]["category"]["enum"] = list(categories())
+    result = defs.get("ProbeResult")
+    if result is not None:
+        result["allOf"] = _metrics_by_probe(defs)
     return schema
+
+
+def _metrics_by_probe(defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """For each registered probe with a metrics model: a result of that probe holds its metrics in
+    that model. Their definitions are added to ``defs``; one named like another definition of the
+    document, and not the same, takes the probe's name in front."""
+    from perfcheck.core import probes
+
+    out = []
+    for kind in probes.kinds():
+        if kind.metrics is None:
+            continue
+        top = kind.metrics.model_json_schema(ref_template="#/$defs/{model}")
+        own = {**top.pop("$defs", {}), kind.metrics.__name__: top}
+        names = {n: n if defs.get(n, d) == d else f"{kind.name}.{n}" for n, d in own.items()}
+        text = json.dumps(own)
+        for old, new in names.items():
+            if old != new:
+                text = text.replace(f'"#/$defs/{old}"', f'"#/$defs/{new}"')
+        for name, definition in json.loads(text).items():
+            defs[names[name]] = definition
+        out.append(
+            {
+                "if": {"properties": {"probe": {"const": kind.name}}, "required": ["probe"]},
+                "then": {"properties": {"metrics": {"$ref": f"#/$defs/{names[kind.metrics.__name__]}"}}},
+            }
+        )
+    return out

@@ -6,20 +6,18 @@ Torch-free, so the orchestrator can build it without importing torch.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
 from perfcheck.config import (
     CompileConfig,
-    CustomOpsConfig,
-    DdpConfig,
-    ExportConfig,
-    ProfileConfig,
     TimingConfig,
     WorkloadConfig,
 )
 from perfcheck.schema import CompileMeasure, Plant, Side
+
+S = TypeVar("S", bound=BaseModel)
 
 
 class LatencyPlan(BaseModel):
@@ -68,15 +66,13 @@ class ProbeSpec(BaseModel):
     device: Literal["cpu", "cuda"] = "cpu"
     workload: WorkloadConfig
     compile: CompileConfig = CompileConfig()
-    export: ExportConfig = ExportConfig()
     timing: TimingConfig = TimingConfig()
-    ddp: DdpConfig = DdpConfig()
-    custom_ops: CustomOpsConfig = CustomOpsConfig()
-    profile: ProfileConfig = ProfileConfig()
-    # Plugin probes: the modules the worker loads before it looks the probe up, and a plugin
-    # probe's own config section (its settings model validates it again in the worker).
+    # Plugin probes: the modules the worker loads before it looks the probe up.
     plugins: tuple[str, ...] = ()
-    settings: dict[str, Any] = {}
+    # The probes' config sections, under their names, as their settings models write them
+    # (perfcheck/core/probes/<probe>.py): the probe's own, and another's it measures with (the amp
+    # probe's kernel pass takes profile.steps). Validated again in the worker (``section``).
+    settings: dict[str, dict[str, Any]] = {}
     # Benchmark-only: busy work of a known share of device or host time added to every step, a
     # slowdown of known size for measuring detection rates (bench/processes.py). Set, it also
     # launches the (empty) sleep kernel on a side planted with 0 %, so that both sides launch the
@@ -87,3 +83,13 @@ class ProbeSpec(BaseModel):
     # The sandbox its processes run in; None: none (the machine has none and this is not Actions,
     # or PERFCHECK_SANDBOX=0). Read by the orchestrator, not the worker.
     walls: Walls | None = None
+
+    def section(self, model: type[S]) -> S:
+        """A probe's config section, as its settings model (``model``): as the orchestrator sent
+        it, else the model's defaults."""
+        from perfcheck.core import probes
+
+        name = next((k.name for k in probes.kinds() if k.settings is model), None)
+        if name is None:
+            raise KeyError(f"no probe has the settings model {model.__name__}")
+        return model.model_validate(self.settings.get(name, {}))

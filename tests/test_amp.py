@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
-from perfcheck.core.probes.amp import amp_findings
+from perfcheck.core.probes.amp import AmpMetrics, AmpOp, amp_findings
 from perfcheck.core.render import render_comment
 from perfcheck.runner.probes.amp_probe import (
     autocast_spans,
@@ -21,7 +21,7 @@ from perfcheck.runner.probes.amp_probe import (
     is_matmul_class,
     stack_frames,
 )
-from perfcheck.schema import AmpMetrics, AmpOp, Finding, GraphBreak, ProbeResult, Review, SourceLocation
+from perfcheck.schema import Finding, GraphBreak, ProbeResult, Review, SourceLocation
 
 MODEL = """\
 import torch
@@ -131,7 +131,9 @@ def amp_result(side: str, ops: list[AmpOp], breaks: tuple[GraphBreak, ...] = ())
         side=side,  # type: ignore[arg-type]
         status="ok",
         duration_s=1.0,
-        amp=AmpMetrics(dtype="bf16", fp32_ops=ops, autocast_breaks=list(breaks), low_precision_ops=2),
+        metrics=AmpMetrics(
+            dtype="bf16", fp32_ops=ops, autocast_breaks=list(breaks), low_precision_ops=2
+        ).model_dump(mode="json"),
     )
 
 

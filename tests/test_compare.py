@@ -5,9 +5,9 @@ from __future__ import annotations
 from perfcheck.config import Config, parse_config
 from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import normalize_guard
+from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.schema import (
     CompileMetrics,
-    ExportMetrics,
     GraphBreak,
     ProbeResult,
     Recompile,
@@ -37,7 +37,7 @@ def compile_result(
         side=side,
         status=status,
         duration_s=1.0,  # type: ignore[arg-type]
-        compile=metrics if status == "ok" else None,
+        metrics=metrics.model_dump(mode="json") if status == "ok" else {},
         message=None if status == "ok" else "boom",
     )
 
@@ -149,7 +149,7 @@ def export_result(
         side=side,
         status="failed" if error else "ok",  # type: ignore[arg-type]
         duration_s=1.0,
-        export=metrics,
+        metrics=metrics.model_dump(mode="json"),
     )
 
 
@@ -222,7 +222,7 @@ def timing_result(
         side=side,
         status="ok",
         duration_s=1.0,  # type: ignore[arg-type]
-        timing=metrics,
+        metrics=metrics.model_dump(mode="json"),
         environment=env,
     )
 
@@ -291,8 +291,7 @@ def test_on_a_gpu_device_time_decides_and_a_host_bound_wall_clock_is_context() -
 
 def test_compile_latency_budget() -> None:
     config = parse_config("budgets: {compile_latency_s: {w: 1.5}}", "c.yml")
-    slow = compile_result("head").model_copy(
-        update={"compile": compile_result("head").compile.model_copy(update={"cold_compile_s": 2.0})}
-    )  # type: ignore[union-attr]
+    head = compile_result("head")
+    slow = head.with_metrics(head.metrics_as(CompileMetrics).model_copy(update={"cold_compile_s": 2.0}))
     [f] = review(compile_result("base"), slow, config).findings
     assert f.category == "compile_latency_regression" and "1.5 s budget" in f.message

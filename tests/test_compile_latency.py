@@ -23,7 +23,14 @@ from perfcheck.core.probes.kind import Row
 from perfcheck.runner import callgrind
 from perfcheck.runner.latency_runs import choose
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
-from perfcheck.schema import CompileLatency, CompileMetrics, CompileSample, ProbeResult, WorkloadReview
+from perfcheck.schema import (
+    CompileLatency,
+    CompileMetrics,
+    CompileSample,
+    ProbeResult,
+    TimingMetrics,
+    WorkloadReview,
+)
 
 HAVE_VALGRIND = callgrind.valgrind() is not None and callgrind.header_dir() is not None
 
@@ -48,7 +55,14 @@ def _result(side: str, samples: list[CompileSample], measure: str) -> ProbeResul
         cold_compile_s=1.0,
         latency=latency,
     )
-    return ProbeResult(probe="compile", workload="w", side=side, status="ok", duration_s=1.0, compile=metrics)  # type: ignore[arg-type]
+    return ProbeResult(
+        probe="compile",
+        workload="w",
+        side=side,
+        status="ok",
+        duration_s=1.0,
+        metrics=metrics.model_dump(mode="json"),  # type: ignore[arg-type]
+    )
 
 
 def _compare(base: list[CompileSample], head: list[CompileSample], measure: str, config: str = "{}"):
@@ -195,7 +209,7 @@ def test_callgrind_repeats_within_2_percent_and_a_deeper_graph_is_named(
     change = deeper.workloads[0].compile_latency
     assert change is not None and change.measure == "callgrind" and change.pairs == 2
     for side in (deeper.workloads[0].base[0], deeper.workloads[0].head[0]):
-        samples = side.compile.latency.samples  # type: ignore[union-attr]
+        samples = side.metrics_as(CompileMetrics).latency.samples  # type: ignore[union-attr]
         counts = [s.instructions for s in samples]
         assert len(counts) == 2 and all(counts), counts
         assert max(counts) <= 1.02 * min(counts), counts  # type: ignore[type-var,operator]
@@ -223,13 +237,14 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
     assert not list(probes_dir.glob("*compile_latency*"))  # no process of its own
     change = result.workloads[0].compile_latency
     assert change is not None and change.measure == "wall" and change.pairs == 2
-    timing = {r.side: r.timing for r in result.workloads[0].base + result.workloads[0].head if r.timing}
+    results = result.workloads[0].base + result.workloads[0].head
+    timing = {r.side: r.metrics_as(TimingMetrics) for r in results if r.probe == "timing"}
     for side in ("base", "head"):
         processes = timing[side].processes  # type: ignore[union-attr]
         assert [("latency" in p.phases_s) for p in processes[:2]] == [True, True]
         assert all("latency" not in p.phases_s for p in processes[2:])
     for side in (result.workloads[0].base[0], result.workloads[0].head[0]):
-        samples = side.compile.latency.samples  # type: ignore[union-attr]
+        samples = side.metrics_as(CompileMetrics).latency.samples  # type: ignore[union-attr]
         assert len(samples) == 2 and all(s.instructions is None and s.stages_s["dynamo"] > 0 for s in samples)
     comment = (tmp_path / "out" / "comment.md").read_text()
     assert "compile latency (wall clock, 2 cache-cold per side) · decides" in comment
@@ -271,11 +286,11 @@ def test_several_workloads_make_their_samples_together_after_their_timing(
     )
     assert result.verdict == "pass", result.findings
     for workload in result.workloads:
-        [head] = [r.compile for r in workload.head if r.compile]
+        [head] = [r.metrics_as(CompileMetrics) for r in workload.head if r.probe == "compile"]
         assert head.from_base_cache, workload.name
         change = workload.compile_latency
         assert change is not None and change.measure == "wall" and change.pairs == 2, workload.name
-        [timed] = [r.timing for r in workload.base if r.timing]
+        [timed] = [r.metrics_as(TimingMetrics) for r in workload.base if r.probe == "timing"]
         assert [("latency" in p.phases_s) for p in timed.processes[:2]] == [True, True]
     steps = {s.step: s for c in result.costs for s in c.steps}
     joint = steps["base ⇄ head · net, twin · compile latency"]
@@ -350,7 +365,7 @@ def test_without_timing_the_compile_probe_makes_the_cold_compiles(
     change = result.workloads[0].compile_latency
     assert change is not None and change.measure == "wall" and change.pairs == 2
     [head] = [r for r in result.workloads[0].head if r.probe == "compile"]
-    assert head.compile is not None and head.compile.from_base_cache  # what base compiled, read
+    assert head.metrics_as(CompileMetrics).from_base_cache  # what base compiled, read
     assert result.verdict == "pass"
 
 

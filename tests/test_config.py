@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from perfcheck.config import Config, ConfigError, load_config, parse_config
+from perfcheck.core.probes.export import ExportSettings
 
 
 def test_defaults_run_the_builtin_tiny_mlp() -> None:
@@ -32,7 +33,7 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
     )
     assert config.workloads[0].amp == "bf16" and config.workloads[0].train
     assert config.budgets.compile_latency_s == {"resnet": 60}
-    assert config.export.deny_ops == ["aten.native_dropout.default"]
+    assert config.section(ExportSettings).deny_ops == ["aten.native_dropout.default"]
 
 
 @pytest.mark.parametrize(
@@ -51,6 +52,15 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
         ("workloads:\n  - {name: a, entry: 'm.py:'}", "workloads[0].entry: expected"),
         ("workloads: []", "workloads: expected at least one workload"),
         ("export: {deny_ops: [native dropout]}", "export.deny_ops: expected op names like"),
+        # a probe's section, read through its descriptor's settings model, as the config's own are
+        ("ddp: {wrld_size: 2}", "ddp.wrld_size: unknown key (did you mean `world_size`?)"),
+        ("ddp: {world_size: '2'}", "ddp.world_size: expected a whole number, without quotes (got '2')"),
+        ("ddp: 3", "ddp: expected a mapping of settings (indented `key: value` lines) (got 3)"),
+        ("dpp: {}", "dpp: unknown key (did you mean `ddp`?)"),
+        ("custom_ops: {namespace: [a]}", "custom_ops.namespace: unknown key (did you mean `namespaces`?)"),
+        ("custom_ops: {auto: yes please}", "custom_ops.auto: expected true or false, without quotes"),
+        ("profile: {stepz: 2}", "profile.stepz: unknown key (did you mean `steps`?)"),
+        ("profile: 3", "profile: expected a mapping of settings (indented `key: value` lines) (got 3)"),
         ("budgets: {max_new_graph_breaks: -1}", "budgets.max_new_graph_breaks: expected"),
         ("budget: {}", "budget: unknown key"),
         ("- just\n- a list", "(top level): expected a mapping"),

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from conftest import ReviewFn, write_tree
 
-from perfcheck.config import Config, CustomOpsConfig, WorkloadConfig, parse_config
-from perfcheck.core.probes.custom_ops import custom_op_findings
+from perfcheck.config import Config, WorkloadConfig, parse_config
+from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, custom_op_findings
 from perfcheck.core.render import render_comment
 from perfcheck.runner.loader import load_build
-from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.runner.probes.custom_op_probe import CustomOpProbe, summarize
-from perfcheck.schema import CustomOpCheck, CustomOpMetrics, Finding, ProbeResult
+from perfcheck.runner.probes.base import ProbeOutput, Workload, get_probe
+from perfcheck.runner.probes.custom_op_probe import summarize
+from perfcheck.schema import Finding, ProbeResult
 from perfcheck.spec import ProbeSpec
 
 MODEL = """\
@@ -90,7 +90,7 @@ def test_a_fake_kernel_with_the_wrong_shape_fails_opcheck(review: ReviewFn, tmp_
     assert "torch.Size([8, 32])" in finding.evidence["message"]
     assert result.verdict == "fail"
     [base_run] = result.workloads[0].base
-    assert base_run.custom_ops == CustomOpMetrics(
+    assert base_run.metrics_as(CustomOpMetrics) == CustomOpMetrics(
         ops=[CustomOpCheck(op="perfcheck_demo::scale_rows", ok=True)]
     )
     rendered = render_comment(result)
@@ -104,7 +104,7 @@ def run_in_process(root: Path, *, train: bool = False, namespaces: tuple[str, ..
         side="head",
         tree=str(root),
         workload=WorkloadConfig(name="net", entry="model.py:build", train=train),
-        custom_ops=CustomOpsConfig(namespaces=list(namespaces)),
+        settings={"custom_ops": {"namespaces": list(namespaces)}},
     )
     build = load_build(spec.workload.entry, root)
 
@@ -112,14 +112,14 @@ def run_in_process(root: Path, *, train: bool = False, namespaces: tuple[str, ..
         model, inputs = build("cpu")
         return Workload(name="net", model=model, inputs=inputs)
 
-    return CustomOpProbe().run(spec, built)
+    return get_probe("custom_ops").run(spec, built)  # the run function its descriptor names
 
 
 def test_a_missing_fake_kernel_and_a_missing_autograd_formula(tmp_path: Path) -> None:
     root = tree(tmp_path / "t", "perfcheck_nofake", "")
     out = run_in_process(root, train=True, namespaces=("perfcheck_nofake",))
-    assert out.status == "ok" and out.metrics is not None
-    [check] = out.metrics["custom_ops"].ops
+    assert out.status == "ok" and isinstance(out.metrics, CustomOpMetrics)
+    [check] = out.metrics.ops
     assert (check.op, check.ok, check.failed_check) == (
         "perfcheck_nofake::scale_rows",
         False,
@@ -128,14 +128,14 @@ def test_a_missing_fake_kernel_and_a_missing_autograd_formula(tmp_path: Path) ->
     assert "no fake impl" in (check.message or "")
     assert "also fails: test_aot_dispatch_dynamic" in (check.message or "")
     # Training cannot backward through an op without register_autograd; opcheck still ran.
-    assert "no autograd formula" in out.metrics["details"]["step_error"]
-    assert out.metrics["details"]["not_exercised"] == ["perfcheck_nofake::unused"]
+    assert "no autograd formula" in out.details["step_error"]
+    assert out.details["not_exercised"] == ["perfcheck_nofake::unused"]
 
 
 def test_inference_does_not_ask_for_a_backward(tmp_path: Path) -> None:
     out = run_in_process(tree(tmp_path / "t", "perfcheck_infer", RIGHT_FAKE))
-    assert out.metrics is not None
-    assert out.metrics["custom_ops"].ops == [CustomOpCheck(op="perfcheck_infer::scale_rows", ok=True)]
+    assert isinstance(out.metrics, CustomOpMetrics)
+    assert out.metrics.ops == [CustomOpCheck(op="perfcheck_infer::scale_rows", ok=True)]
 
 
 # The comparator and the summary, on hand-made results.
@@ -148,7 +148,7 @@ def ops_result(side: str, *checks: CustomOpCheck) -> ProbeResult:
         side=side,  # type: ignore[arg-type]
         status="ok",
         duration_s=1.0,
-        custom_ops=CustomOpMetrics(ops=list(checks)),
+        metrics=CustomOpMetrics(ops=list(checks)).model_dump(mode="json"),
     )
 
 

@@ -8,9 +8,9 @@ from typing import Any
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
-from perfcheck.core.probes.ddp import findings
+from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics, RankGraphs, findings
 from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult, RankGraphs
+from perfcheck.schema import ProbeResult
 
 # Six 512×512 layers: with 1 MB buckets each layer is its own bucket, so DDPOptimizer splits.
 MODEL = """\
@@ -68,7 +68,7 @@ def test_rank_dependent_python_compiles_different_graphs(review: ReviewFn, tmp_p
         hashes["0"][:-1] == hashes["1"][:-1] and hashes["0"][-1] != hashes["1"][-1]
     )  # only the last differs
     (base_ddp,) = result.workloads[0].base
-    variant = base_ddp.ddp.variants[0]  # type: ignore[union-attr]
+    variant = base_ddp.metrics_as(DdpMetrics).variants[0]
     assert variant.ddp_splits >= 5 and variant.graph_count == 1  # DDPOptimizer's splits, not breaks
     assert variant.graph_breaks == []
     # 6 weights + 6 biases, all float32, in 1 MB buckets: every byte of every parameter once per step
@@ -151,7 +151,7 @@ def _result(side: str, v: DdpVariantMetrics) -> ProbeResult:
         side=side,  # type: ignore[arg-type]
         status="ok",
         duration_s=1,
-        ddp=DdpMetrics(backend="nccl", world_size=2, variants=[v]),
+        metrics=DdpMetrics(backend="nccl", world_size=2, variants=[v]).model_dump(mode="json"),
     )
 
 
@@ -165,3 +165,17 @@ def test_comparator_budget_and_existing_mismatch() -> None:
         "net", _result("base", _variant(same, 60.0)), _result("head", _variant(same, 51.0)), Config()
     )
     assert small_drop == []  # 9 pp is within the default 10 pp budget
+
+
+def test_the_ddp_section_reaches_the_worker_through_the_spec() -> None:
+    from perfcheck.config import WorkloadConfig
+    from perfcheck.core.probes.ddp import DdpSettings
+    from perfcheck.spec import ProbeSpec
+
+    config = parse_config("ddp: {world_size: 3, variants: [eager]}", "perfcheck.yml")
+    assert config.section(DdpSettings) == DdpSettings(world_size=3, variants=["eager"])
+    assert Config().section(DdpSettings) == DdpSettings()  # no section: the defaults
+    wl = WorkloadConfig(name="w", entry="mlp")
+    sent = ProbeSpec(probe="ddp", side="base", tree=".", workload=wl, settings={"ddp": {"world_size": 3}})
+    assert sent.section(DdpSettings).world_size == 3
+    assert ProbeSpec(probe="ddp", side="base", tree=".", workload=wl).section(DdpSettings).world_size == 2

@@ -15,6 +15,7 @@ from perfcheck.config import parse_config
 from perfcheck.review import ReviewRequest, run
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.schema import CompileMetrics
 
 README = REPO / "README.md"
 EXAMPLE_CONFIGS = sorted(p for p in (REPO / "examples").rglob("perfcheck.yml") if "workflows" not in p.parts)
@@ -82,6 +83,6 @@ def test_the_readme_reference_runs_a_review_with_compile_latency(
         (side, probe) for side in ("base", "head") for probe in ("compile", "export")
     }
     [base_compile] = [r for r in wl.base if r.probe == "compile"]
-    assert base_compile.compile is not None and base_compile.compile.latency is not None
-    assert len(base_compile.compile.latency.samples) == 2
+    latency = base_compile.metrics_as(CompileMetrics).latency
+    assert latency is not None and len(latency.samples) == 2
     assert "compile latency (wall clock, 2 cache-cold per side)" in comment

@@ -147,13 +147,17 @@ def test_every_probe_shows_a_side_that_did_not_finish_in_its_cells_and_deltas() 
     """Each built-in probe's rows, with figures on both sides (DDP's only where it has a variant)
     and then one side's status changed: its cells and every Δ say the status."""
     from perfcheck.core import probes
-    from perfcheck.schema import DdpMetrics, DdpVariantMetrics, ProbeResult
+    from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics
+    from perfcheck.schema import ProbeResult
 
     ddp = DdpMetrics(backend="gloo", world_size=2, variants=[DdpVariantMetrics(variant="eager", step_ms=1.0)])
     kinds = [k for k in probes.kinds() if k.rows is not None]
     assert {"compile", "export", "timing", "ddp", "fsdp", "amp", "custom_ops"} <= {k.name for k in kinds}
     for kind in kinds:
-        base = ProbeResult(probe=kind.name, workload="w", side="base", status="ok", duration_s=1.0, ddp=ddp)
+        metrics = ddp.model_dump(mode="json") if kind.name == "ddp" else {}
+        base = ProbeResult(
+            probe=kind.name, workload="w", side="base", status="ok", duration_s=1.0, metrics=metrics
+        )
         for new in STATUSES:
             head = base.model_copy(update={"side": "head", "status": new})
             rows = workload_rows(WorkloadReview(name="w", base=[base], head=[head]))

@@ -9,7 +9,7 @@ from conftest import ReviewFn, fast_config, model_tree, write_tree
 
 from perfcheck.core.matrix import resolve, where_of
 from perfcheck.core.render import render_comment
-from perfcheck.schema import Finding, Review
+from perfcheck.schema import CompileMetrics, Finding, Review
 
 
 def only(review: Review, category: str) -> list[Finding]:
@@ -201,8 +201,8 @@ def test_only_what_is_a_batch_is_cut_and_a_failing_second_call_is_a_note(
         probes=("compile",),
     )
     head_result = failing.workloads[0].head[0]
-    assert head_result.status == "ok" and head_result.compile is not None
-    note = head_result.compile.second_batch
+    assert head_result.status == "ok"
+    note = head_result.metrics_as(CompileMetrics).second_batch
     assert note is not None and note.startswith("not checked: the model raises on its second inputs (")
     assert [f.category for f in failing.findings if f.severity == "error"] == ["graph_break_added"]
     assert (
@@ -213,7 +213,8 @@ def test_only_what_is_a_batch_is_cut_and_a_failing_second_call_is_a_note(
     none = review(
         _bags(tmp_path / "b3", second=", None"), _bags(tmp_path / "h3", second=", None"), probes=("compile",)
     )
-    assert none.workloads[0].head[0].compile.second_batch == "not run: the workload gives no second inputs"  # type: ignore[union-attr]
+    note = none.workloads[0].head[0].metrics_as(CompileMetrics).second_batch
+    assert note == "not run: the workload gives no second inputs"
 
 
 # -- every break Dynamo records, and one count of them -------------------------------------------
@@ -250,7 +251,7 @@ def test_a_break_on_a_frames_first_line_is_found_and_counted_once(review: Review
     entry = resolve(gb)
     assert entry is not None and entry.cause.startswith("a `print` inside the compiled region")
     assert result.verdict == "fail"
-    compile_head = result.workloads[0].head[0].compile
+    compile_head = result.workloads[0].head[0].metrics_as(CompileMetrics)
     assert compile_head is not None and compile_head.graph_break_count == 1
     # the table counts what the findings list
     assert "+1 break |" in render_comment(result)

@@ -21,6 +21,7 @@ from conftest import ReviewFn, write_tree
 
 from perfcheck.config import ConfigError, parse_config
 from perfcheck.core.matrix import resolve
+from perfcheck.core.probes.fsdp import FsdpSettings
 
 MODEL = """\
 import torch
@@ -173,9 +174,10 @@ def test_fsdp_settings_are_checked_before_anything_runs() -> None:
         parse_config("fsdp:\n  world_size: '2'\n", "perfcheck.yml")
     with pytest.raises(ConfigError, match=r"did you mean `fsdp`"):
         parse_config("fsdpp:\n  world_size: 2\n", "perfcheck.yml")
-    assert parse_config("fsdp:\n  wrap: [DecoderLayer]\n", "perfcheck.yml").plugin_settings["fsdp"].wrap == [  # type: ignore[attr-defined]
-        "DecoderLayer"
-    ]
+    with pytest.raises(ConfigError, match=r"fsdp\.wrp: unknown key \(did you mean `wrap`\?\)"):
+        parse_config("fsdp:\n  wrp: []\n", "perfcheck.yml")
+    config = parse_config("fsdp:\n  wrap: [DecoderLayer]\n", "perfcheck.yml")
+    assert config.section(FsdpSettings).wrap == ["DecoderLayer"]
 
 
 # -- workloads that shard themselves ----------------------------------------------------------

@@ -27,7 +27,7 @@ from perfcheck.bot.respond import lookup_context, respond
 from perfcheck.bot.retry import RetryPolicy
 from perfcheck.config import Config, GitHubConfig
 from perfcheck.core.bisect import KnownCommit, targets
-from perfcheck.schema import Finding, Review, SourceLocation, load_review
+from perfcheck.schema import Finding, Review, SourceLocation, load_review, upgraded_v2
 
 DATA = Path(__file__).parent / "data"
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -519,7 +519,8 @@ PR_COMMITS = [
 def _bisected_result(span_middle: Commit) -> str:
     """The demo review at HEAD with a bisect section, as a probe job writes it, that blames
     ``span_middle`` for the review's graph break."""
-    review = Review.model_validate_json(demo_result_at(HEAD))
+    # the recorded demo is a version 2 document: read as publish reads it, through the v2 reader
+    review = Review.model_validate(upgraded_v2(json.loads(demo_result_at(HEAD)), "demo-result.json"))
     [found] = [f for f in review.findings if f.category == "graph_break_added"]
     [target] = targets(found)
     good = Commit(sha=BASE, subject="Base", author="Grace Hopper")

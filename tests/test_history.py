@@ -130,7 +130,14 @@ def timing_result(steps: list[float], peak: float | None) -> ProbeResult:
         memory_kind="peak_rss",
         processes=processes,
     )
-    return ProbeResult(probe="timing", workload="w", side="head", status="ok", duration_s=1.0, timing=timing)
+    return ProbeResult(
+        probe="timing",
+        workload="w",
+        side="head",
+        status="ok",
+        duration_s=1.0,
+        metrics=timing.model_dump(mode="json"),
+    )
 
 
 def test_side_metrics_takes_what_is_present(demo: Review) -> None:

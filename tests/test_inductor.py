@@ -7,6 +7,7 @@ from conftest import DEMO, ReviewFn
 
 from perfcheck.config import load_config
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.schema import CompileMetrics
 
 
 @pytest.mark.inductor
@@ -23,7 +24,7 @@ def test_demo_with_inductor_reports_the_break_and_the_compile_split(
     result = review(DEMO / "base", DEMO / "head", config=config, probes=("compile",))
     [gb] = [f for f in result.findings if f.category == "graph_break_added"]
     assert gb.location is not None and (gb.location.path, gb.location.line) == ("model.py", 17)
-    head = result.workloads[0].head[0].compile
+    head = result.workloads[0].head[0].metrics_as(CompileMetrics)
     assert head is not None and head.backend == "inductor"
     assert head.graph_count == 2 and head.graph_break_count == 1
     assert head.compile_breakdown_s["inductor"] > 0

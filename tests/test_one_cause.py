@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import ReviewFn, write_tree
 
 from perfcheck.core.render import render_comment
-from perfcheck.schema import Review
+from perfcheck.schema import CompileMetrics, Review
 
 BLOCKS = """\
 import torch
@@ -77,7 +77,7 @@ def test_one_new_break_is_one_regression_with_its_recompiles_folded_under_it(
     assert brk.evidence["resume_recompiles"]  # what was folded, kept for the reader
     assert result.summary.startswith("1 regression")
     # The table's counts are Dynamo's: explain's graphs and breaks, not the lines the findings list.
-    head = result.workloads[0].head[0].compile
+    head = result.workloads[0].head[0].metrics_as(CompileMetrics)
     assert head is not None and head.graph_break_count > len(head.graph_breaks) == 1
 
 
@@ -165,8 +165,10 @@ def build(device):
     )
     result = review(base, head, probes=("compile",))
     assert result.verdict != "fail", [f.message for f in result.findings]
-    b, h = result.workloads[0].base[0].compile, result.workloads[0].head[0].compile
-    assert b is not None and h is not None and h.recompile_count < b.recompile_count
+    [b, h] = [
+        wl.metrics_as(CompileMetrics) for wl in (result.workloads[0].base[0], result.workloads[0].head[0])
+    ]
+    assert h.recompile_count < b.recompile_count
     [recompile] = [f for f in result.findings if f.category == "recompile"]
     assert recompile.severity == "warning" and "no more than base" in recompile.message
     # Placed where head makes the guarded buffer, not where the recompiled frame starts.

@@ -123,6 +123,65 @@ def test_a_plugin_probes_settings_decide_and_the_review_passes_within_them(tmp_p
     assert json.loads((out / "result.json").read_text())["findings"] == []
 
 
+# -- a probe in the built-in shape: its own files and one registry line --------------------------
+
+# The line a built-in probe adds to perfcheck/core/probes/__init__.py's registry, run as the
+# registry runs it in every perfcheck process of the test (the review, its fork servers, each
+# probe's worker): the toy probe's files are a built-in's files, and nothing else names it.
+REGISTRY_LINE = """\
+import toyplugin.probe
+from perfcheck.core import probes
+
+probes.register(toyplugin.probe.PROBE, built_in=True)
+"""
+
+BUILT_IN_CONFIG = CONFIG.removeprefix("plugins: [toyplugin.probe]\n")  # no plugins: a built-in's
+
+
+def test_a_probe_in_the_built_in_shape_is_its_own_files_and_one_registry_line(tmp_path: Path) -> None:
+    trees = {}
+    for side, width in (("base", 32), ("head", 48)):
+        files = {
+            "model.py": MODEL.format(width=width),
+            "perfcheck.yml": BUILT_IN_CONFIG.format(limit=10),
+            # each side's processes see their own tree only, where a sandbox hides the other's
+            "registry/sitecustomize.py": REGISTRY_LINE,
+        }
+        trees[side] = write_tree(tmp_path / side, files)
+    path = os.pathsep.join([str(TESTS), *(str(t / "registry") for t in trees.values())])
+    out = tmp_path / "out"
+    done = _perfcheck(
+        "review", "--base", str(trees["base"]), "--head", str(trees["head"]), "--probes", "toy",
+        "--out", str(out), cwd=tmp_path, PYTHONPATH=path,
+    )  # fmt: skip
+    # no `plugins:`: the config's toy: section is a built-in probe's, read by its settings model
+    assert done.returncode == 1, done.stderr
+    result = json.loads((out / "result.json").read_text())
+    (wl,) = result["workloads"]
+    assert [r["metrics"] for r in wl["head"]] == [{"parameters": 1012, "tensors": 4}]
+    assert [f["category"] for f in result["findings"]] == ["toy_parameters_grew"]
+    comment = (out / "comment.md").read_text()
+    assert "| parameters (toy) | 676 | 1,012 | +336 |" in comment and "Parameter count grew" in comment
+    # read back with no config naming it, as result.json of a built-in probe is
+    rendered = _perfcheck("render", str(out / "result.json"), cwd=tmp_path, PYTHONPATH=path)
+    assert rendered.returncode == 0 and rendered.stdout.strip() == comment.strip(), rendered.stderr
+    schema = json.loads(_perfcheck("schema", "result", cwd=tmp_path, PYTHONPATH=path).stdout)
+    said = [
+        c["then"]
+        for c in schema["$defs"]["ProbeResult"]["allOf"]
+        if c["if"]["properties"]["probe"] == {"const": "toy"}
+    ]
+    assert said == [{"properties": {"metrics": {"$ref": "#/$defs/ToyMetrics"}}}]
+    # its section is checked as perfcheck's own are: file, key, what was expected; exit 2
+    (trees["base"] / "perfcheck.yml").write_text(BUILT_IN_CONFIG.format(limit=10) + "  max_grwth_pct: 1\n")
+    refused = _perfcheck(
+        "review", "--base", str(trees["base"]), "--head", str(trees["head"]), "--probes", "toy",
+        "--out", str(out), cwd=tmp_path, PYTHONPATH=path,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "toy.max_grwth_pct: unknown key (did you mean `max_growth_pct`?)" in refused.stderr
+
+
 @pytest.fixture
 def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever a test registers in this process is gone after it: the other tests see the
@@ -131,6 +190,7 @@ def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     from perfcheck.core import matrix, probes
 
     monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
+    monkeypatch.setattr(probes, "_BUILT_IN", list(probes._BUILT_IN))
     monkeypatch.setattr(schema, "_REGISTERED", list(schema._REGISTERED))
     matrix.known()  # the built-in probes' entries, validated before they are copied
     monkeypatch.setattr(matrix, "_PROBES_OWN", dict(matrix._PROBES_OWN))

@@ -9,9 +9,9 @@ from typing import Literal
 from conftest import ReviewFn, fast_config, model_tree
 
 from perfcheck.config import Config, parse_config
-from perfcheck.core.probes.profile import LISTED_LIMIT, findings
+from perfcheck.core.probes.profile import LISTED_LIMIT, KernelStat, TraceMetrics, findings
 from perfcheck.core.trace import summarize
-from perfcheck.schema import Finding, KernelStat, ProbeResult, Side, TraceMetrics
+from perfcheck.schema import Finding, ProbeResult, Side
 
 Kind = Literal["compute", "communication", "memory", "cpu_op"]
 
@@ -20,7 +20,14 @@ def result(side: Side, kernels: dict[str, float], kind: Kind = "cpu_op", **extra
     """A profile result of two steps with ``kernels`` given in microseconds per step."""
     stats = [KernelStat(name=n, kind=kind, count=2, total_us=t * 2) for n, t in kernels.items()]
     trace = TraceMetrics(steps=2, kernels=stats, trace_file=f"probes/{side}.pt.trace.json.gz", **extra)
-    return ProbeResult(probe="profile", workload="net", side=side, status="ok", duration_s=1.0, trace=trace)
+    return ProbeResult(
+        probe="profile",
+        workload="net",
+        side=side,
+        status="ok",
+        duration_s=1.0,
+        metrics=trace.model_dump(mode="json"),
+    )
 
 
 def config(**profile: object) -> Config:
@@ -117,15 +124,16 @@ def test_review_names_an_added_op(tmp_path: Path, review: ReviewFn) -> None:
     [wl] = done.workloads
     for side in (*wl.base, *wl.head):
         assert side.status == "ok", side.message
-        assert side.trace is not None and side.trace.steps == 3
-        assert all(k.kind == "cpu_op" and k.name.startswith("aten::") for k in side.trace.kernels)
-        assert side.trace.trace_file == f"probes/files/{side.side}/{side.side}-net-profile.pt.trace.json.gz"
+        measured = side.metrics_as(TraceMetrics)
+        assert measured.steps == 3
+        assert all(k.kind == "cpu_op" and k.name.startswith("aten::") for k in measured.kernels)
+        assert measured.trace_file == f"probes/files/{side.side}/{side.side}-net-profile.pt.trace.json.gz"
         # the recorded trace is there, and says what the result says
-        trace = summarize(tmp_path / "out" / side.trace.trace_file)
-        assert trace.steps == 3 and {o.name for o in trace.cpu_ops} >= {k.name for k in side.trace.kernels}
-    head_ops = {k.name: k.count for k in wl.head[0].trace.kernels}  # type: ignore[union-attr]
+        trace = summarize(tmp_path / "out" / measured.trace_file)
+        assert trace.steps == 3 and {o.name for o in trace.cpu_ops} >= {k.name for k in measured.kernels}
+    head_ops = {k.name: k.count for k in wl.head[0].metrics_as(TraceMetrics).kernels}
     assert head_ops["aten::sigmoid"] == 3  # once per profiled step
-    assert "aten::sigmoid" not in {k.name for k in wl.base[0].trace.kernels}  # type: ignore[union-attr]
+    assert "aten::sigmoid" not in {k.name for k in wl.base[0].metrics_as(TraceMetrics).kernels}
     [finding] = [f for f in done.findings if f.category == "kernel_mix_changed"]
     assert finding.severity == "warning" and done.verdict == "pass"
     assert "1 new (`aten::sigmoid`)" in finding.message
@@ -144,6 +152,7 @@ def test_review_of_identical_eager_code_has_the_same_mix(tmp_path: Path, review:
         base, head, fast_config(PROFILE_CONFIG.format(pct=1000, compiled="false")), probes=("profile",)
     )
     [wl] = done.workloads
-    names = [{k.name for k in r.trace.kernels} for r in (*wl.base, *wl.head) if r.trace]
+    traces = [r.metrics_as(TraceMetrics) for r in (*wl.base, *wl.head) if r.probe == "profile"]
+    names = [{k.name for k in t.kernels} for t in traces]
     assert len(names) == 2 and names[0] == names[1] and "aten::addmm" in names[0]
     assert [f for f in done.findings if f.category == "kernel_mix_changed"] == []

@@ -10,13 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from perfcheck.core import charts, history
+from perfcheck.core.probes.profile import KernelStat, TraceMetrics
 from perfcheck.core.reports import render_check_summary, render_html, render_job_summary
 from perfcheck.report_cli import add_html_parser
 from perfcheck.schema import (
     Finding,
-    KernelStat,
     MetricChange,
     ProbeResult,
     Review,
@@ -25,7 +26,6 @@ from perfcheck.schema import (
     TimingChange,
     TimingMetrics,
     TimingProcess,
-    TraceMetrics,
     WorkloadReview,
     load_review,
 )
@@ -160,9 +160,12 @@ def _timing(side: Side, workload: str, ms: list[float]) -> ProbeResult:
         memory_kind="peak_rss",
         processes=processes,
     )
-    return ProbeResult(
-        probe="timing", workload=workload, side=side, status="ok", duration_s=1, timing=metrics
-    )
+    return _measured("timing", side, workload, metrics)
+
+
+def _measured(probe: str, side: Side, workload: str, metrics: BaseModel) -> ProbeResult:
+    measured = metrics.model_dump(mode="json")
+    return ProbeResult(probe=probe, workload=workload, side=side, status="ok", duration_s=1, metrics=measured)
 
 
 def _profile(
@@ -175,7 +178,7 @@ def _profile(
         compute_pct=split[1],
         non_compute_pct=split[2],
     )
-    return ProbeResult(probe="profile", workload=workload, side=side, status="ok", duration_s=1, trace=trace)
+    return _measured("profile", side, workload, trace)
 
 
 def untimed(review: Review) -> Review:

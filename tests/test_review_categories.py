@@ -11,7 +11,7 @@ from pathlib import Path
 
 from conftest import DEMO, ReviewFn, fast_config, model_tree, write_tree
 
-from perfcheck.schema import Finding, Review
+from perfcheck.schema import CompileMetrics, Finding, Review
 
 
 def only(review: Review, category: str) -> list[Finding]:
@@ -49,7 +49,7 @@ def test_a_moved_graph_break_is_not_a_new_one(review: ReviewFn, tmp_path: Path) 
     base = model_tree(tmp_path / "base", "print('scale')")
     head = model_tree(tmp_path / "head", "# a comment line added above\n        print('scale')")
     result = review(base, head, probes=("compile",))
-    assert result.workloads[0].head[0].compile.graph_break_count == 1  # type: ignore[union-attr]
+    assert result.workloads[0].head[0].metrics_as(CompileMetrics).graph_break_count == 1
     assert not only(result, "graph_break_added")
     assert result.verdict == "pass"
 

@@ -143,3 +143,108 @@ def test_hostile_results_are_refused_whole_not_a_traceback(tmp_path: Path) -> No
     (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(ContractError, match="nested too deep"):
         load_review(tmp_path / "deep.json")
+
+
+# -- version 3: every probe's metrics under `metrics`; version 2 documents still read -------------
+
+DEMO_V2 = Path(__file__).parent / "data" / "demo-result.json"  # recorded by perfcheck 0.1, version 2
+
+
+def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp_path: Path) -> None:
+    from perfcheck.core.probes.export import ExportMetrics
+    from perfcheck.core.render import render_comment
+    from perfcheck.schema import CompileMetrics, TimingMetrics, probe_metrics
+
+    raw = json.loads(DEMO_V2.read_text())
+    assert raw["schema_version"] == 2 and "compile" in raw["workloads"][0]["base"][0]
+    review = load_review(DEMO_V2)
+    assert review.schema_version == SCHEMA_VERSION == 3
+    models = {"compile": CompileMetrics, "export": ExportMetrics, "timing": TimingMetrics}
+    for wl, recorded in zip(review.workloads, raw["workloads"], strict=True):
+        for side in ("base", "head"):
+            for r, before in zip(getattr(wl, side), recorded[side], strict=True):
+                # each result's block is its probe's metrics now, as its model, the figures unchanged
+                model = models[r.probe]
+                assert probe_metrics(r, model) == model.model_validate(before[r.probe])
+                assert [m for m in models.values() if m is not model and probe_metrics(r, m)] == []
+    written = json.loads(review.model_dump_json())
+    result = written["workloads"][0]["base"][0]
+    assert written["schema_version"] == 3 and not {"compile", "export", "timing", "trace"} & set(result)
+    again = load_review(write(tmp_path, written))
+    assert again == review and render_comment(again) == render_comment(review)
+
+
+def test_a_version_2_probe_run_reads_as_version_3(tmp_path: Path) -> None:
+    from perfcheck.schema import CompileMetrics, load_probe_run, probe_metrics
+
+    raw = json.loads(DEMO_V2.read_text())
+    doc = {
+        "schema_version": 2,
+        "kind": "probe-run",
+        "tool_version": raw["tool_version"],
+        "shard": {"index": 1, "count": 1},
+        "workload_set": [wl["name"] for wl in raw["workloads"]],
+        "base": raw["base"],
+        "head": raw["head"],
+        "workloads": raw["workloads"],
+    }
+    run = load_probe_run(write(tmp_path, doc))
+    assert run.schema_version == 3
+    compiled = probe_metrics(run.workloads[0].head[0], CompileMetrics)
+    assert compiled is not None
+    assert compiled.graph_count == raw["workloads"][0]["head"][0]["compile"]["graph_count"]
+
+
+def _result(probe: str, **fields: object) -> dict[str, object]:
+    return {"probe": probe, "workload": "w", "side": "head", "status": "ok", "duration_s": 1, **fields}
+
+
+def test_a_version_2_result_with_two_probes_metrics_is_refused(tmp_path: Path) -> None:
+    timing = json.loads(DEMO_V2.read_text())["workloads"][0]["head"][2]["timing"]
+    both = _result("timing", timing=timing, compile={"backend": "inductor"})
+    doc = {**MINIMAL, "schema_version": 2, "workloads": [{"name": "w", "head": [both]}]}
+    with pytest.raises(
+        ContractError, match=r"workloads\.0\.head\.0: metrics of several probes \(compile, timing\)"
+    ):
+        load_review(write(tmp_path, doc))
+
+
+def test_a_probes_metrics_that_do_not_fit_its_model_refuse_the_document(tmp_path: Path) -> None:
+    # Checked as strictly as version 2 checked its `timing` field: on reading, whole.
+    doc = {**MINIMAL, "workloads": [{"name": "w", "head": [_result("timing", metrics={"mode": "eager"})]}]}
+    with pytest.raises(
+        ContractError, match=r"the timing probe's metrics: metrics\.batch_size: Field required"
+    ):
+        load_review(write(tmp_path, doc))
+    # a probe without a registered model (a plugin not loaded here) keeps its metrics as they are
+    doc["workloads"] = [{"name": "w", "head": [_result("elsewhere", metrics={"any": 1})]}]
+    assert load_review(write(tmp_path, doc)).workloads[0].head[0].metrics == {"any": 1}
+
+
+def test_typed_metrics_are_made_once_and_follow_a_copy_with_new_metrics() -> None:
+    from perfcheck.schema import CompileMetrics, ProbeResult, probe_metrics
+
+    first = CompileMetrics(
+        backend="eager", graph_count=1, graph_break_count=0, recompile_count=0, cold_compile_s=1
+    )
+    r = ProbeResult.model_validate(_result("compile", metrics=first.model_dump(mode="json")))
+    assert probe_metrics(r, CompileMetrics) is probe_metrics(r, CompileMetrics) == first
+    later = r.with_metrics(first.model_copy(update={"graph_count": 2}))
+    assert probe_metrics(later, CompileMetrics).graph_count == 2  # type: ignore[union-attr]
+    # a copy that replaced the metrics as plain JSON is validated anew, not served the old object
+    plain = r.model_copy(update={"metrics": {**r.metrics, "graph_count": 3}})
+    assert probe_metrics(plain, CompileMetrics).graph_count == 3  # type: ignore[union-attr]
+    assert probe_metrics(r, CompileMetrics).graph_count == 1  # type: ignore[union-attr]
+
+
+def test_the_json_schema_says_each_probes_metrics() -> None:
+    import jsonschema
+
+    schema = json_schema()
+    doc = json.loads(load_review(DEMO_V2).model_dump_json())
+    jsonschema.validate(doc, schema)
+    # a timing result holding the compile probe's metrics is not a valid document
+    compiled = doc["workloads"][0]["base"][0]["metrics"]
+    doc["workloads"][0]["base"][2]["metrics"] = compiled
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(doc, schema)

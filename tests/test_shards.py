@@ -134,7 +134,7 @@ def test_report_refuses_results_that_lack_or_add_a_probe(
     assert "missing: first/compile/head" in capsys.readouterr().err
 
     added = json.loads(json.dumps(probed))
-    extra = dict(added["workloads"][0]["head"][0], probe="export")
+    extra = dict(added["workloads"][0]["head"][0], probe="export", metrics={})  # a valid export result
     added["workloads"][0]["head"].append(extra)
     tampered.write_text(json.dumps(added))
     assert main([*report, str(tampered)]) == 2

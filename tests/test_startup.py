@@ -23,7 +23,7 @@ import pytest
 from perfcheck import trace_cli
 from perfcheck.cli import _PARSERS, COMMANDS, build_parser, main
 from perfcheck.core.trace import by_hta_short_name, summarize
-from perfcheck.schema import SCHEMA_VERSION, TraceDiffDoc, TraceSummaryDoc
+from perfcheck.schema import TRACE_SCHEMA_VERSION, TraceDiffDoc, TraceSummaryDoc
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "h200-device-pass.trace.json.gz"  # 129 timed events
@@ -188,7 +188,7 @@ def test_summary_json_is_what_pydantic_writes(path: Path) -> None:
     for s in (summarize(path), summarize(path, hta_rounding=True), by_hta_short_name(summarize(path))):
         doc = trace_cli.summary_document(path, s)
         assert trace_cli.dumps(doc) == _pydantic_summary(path, doc)
-    assert doc["schema_version"] == SCHEMA_VERSION == trace_cli.SCHEMA_VERSION
+    assert doc["schema_version"] == TRACE_SCHEMA_VERSION == trace_cli.SCHEMA_VERSION
 
 
 def test_diff_json_is_what_pydantic_writes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -19,7 +19,7 @@ from conftest import SESSION_CPUS, ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
 from perfcheck.runner.timing import shared_cpu
-from perfcheck.schema import Review
+from perfcheck.schema import Review, TimingMetrics
 
 HEAVY = """\
 import re
@@ -123,8 +123,9 @@ def test_identical_code_passes_on_a_loaded_machine(
     assert change is not None and change.bound == "cpu"
     [step] = change.metrics
     assert step.decides and step.verdict == result.verdict and step.processes >= 3
-    base, head = result.workloads[0].base[0].timing, result.workloads[0].head[0].timing
-    assert base is not None and head is not None
+    [base, head] = [
+        r.metrics_as(TimingMetrics) for r in (result.workloads[0].base[0], result.workloads[0].head[0])
+    ]
     assert len(base.processes) == len(head.processes) == step.processes
     # The pairs alternate which side goes first, and both sides ran on one core, single-threaded.
     assert [p.first for p in base.processes][:2] == [True, False]
@@ -161,7 +162,7 @@ def test_a_per_process_bias_is_inconclusive_not_fail(review: ReviewFn, tmp_path:
     assert result.verdict == "inconclusive"
     assert not [f for f in result.findings if f.severity == "error"]
     # an inconclusive verdict bought more pairs of processes, up to max_processes, before giving up
-    assert len(result.workloads[0].head[0].timing.processes) == 5  # type: ignore[union-attr]
+    assert len(result.workloads[0].head[0].metrics_as(TimingMetrics).processes) == 5
     assert any("straddles" in why and "5 process pairs" in why for why in result.inconclusive)
 
 
@@ -169,14 +170,15 @@ def test_compiled_timing_warms_up_to_a_steady_state(review: ReviewFn, tmp_path: 
     tree = heavy_tree(tmp_path / "tree")
     result = review(tree, tree, config=timing_config(compiled=True), probes=("timing",))
     head = result.workloads[0].head[0]
-    assert head.timing is not None and head.timing.mode == "compiled"
+    assert head.metrics_as(TimingMetrics).mode == "compiled"
     # Whether block times settle within the tolerance depends on this machine's noise; what must
     # hold regardless: nothing compiled during the timed rounds, and warm-up ran past the blocks
     # that compiled.
-    for p in head.timing.processes:
+    for p in head.metrics_as(TimingMetrics).processes:
         assert p.recompiles == 0
         assert p.warmup_steps >= 3 * timing_config().timing.warmup_block
-    assert head.timing.cold_compile_s is not None and head.timing.cold_compile_s > 0
+    cold = head.metrics_as(TimingMetrics).cold_compile_s
+    assert cold is not None and cold > 0
     assert result.verdict in ("pass", "inconclusive")
 
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from perfcheck.core.markdown import visible
 from perfcheck.core.matrix import of_chart
+from perfcheck.core.probes.profile import TraceMetrics
 from perfcheck.core.timing_gate import throughput_figures
 from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import ProbeResult, Review, TraceMetrics
+from perfcheck.schema import ProbeResult, Review, TimingMetrics, probe_metrics
 from perfcheck.sweep_schema import SweepReport
 
 # Mermaid has no escape syntax inside quoted labels, so anything outside this set becomes a space:
@@ -79,7 +80,7 @@ def step_figures(review: Review) -> list[tuple[str, float, float]]:
     out = []
     for wl in review.workloads:
         b, h = _probe(wl.base, "timing"), _probe(wl.head, "timing")
-        figures = throughput_figures(b.timing if b else None, h.timing if h else None)
+        figures = throughput_figures(probe_metrics(b, TimingMetrics), probe_metrics(h, TimingMetrics))
         if figures is not None:
             out.append((wl.name, *figures[1:]))
     return out
@@ -128,9 +129,10 @@ def kernel_deltas(review: Review) -> dict[str, list[KernelDelta]]:
     for wl in review.workloads:
         if wl.name in out:
             continue
-        b, h = _probe(wl.base, "profile"), _probe(wl.head, "profile")
-        if b and h and b.trace and h.trace:
-            deltas = _from_traces(b.trace, h.trace)
+        bp, hp = _probe(wl.base, "profile"), _probe(wl.head, "profile")
+        b, h = probe_metrics(bp, TraceMetrics), probe_metrics(hp, TraceMetrics)
+        if b and h:
+            deltas = _from_traces(b, h)
             if deltas:
                 out[wl.name] = deltas
     return {name: sorted(d, key=lambda k: (-abs(k.delta_us), k.name)) for name, d in out.items()}
@@ -147,7 +149,7 @@ def breakdowns(review: Review) -> dict[str, tuple[Split | None, Split | None]]:
     out = {}
     for wl in review.workloads:
         b, h = _probe(wl.base, "profile"), _probe(wl.head, "profile")
-        pair = (_split(b.trace if b else None), _split(h.trace if h else None))
+        pair = (_split(probe_metrics(b, TraceMetrics)), _split(probe_metrics(h, TraceMetrics)))
         if pair != (None, None):
             out[wl.name] = pair
     return out

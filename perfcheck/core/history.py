@@ -16,7 +16,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from perfcheck.core.timing_gate import peak_memory, side_figure
-from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
+from perfcheck.schema import (
+    CompileMetrics,
+    Finding,
+    ProbeResult,
+    Review,
+    TimingMetrics,
+    WorkloadReview,
+    probe_metrics,
+)
 
 
 class HistoryError(RuntimeError):
@@ -171,8 +179,8 @@ def open_store(path: Path, *, create: bool = True) -> sqlite3.Connection:
 def side_metrics(results: Sequence[ProbeResult]) -> dict[str, float]:
     """The METRICS one side's probe results carry; absent ones are left out, not zeroed."""
     out: dict[str, float] = {}
-    timing = next((r.timing for r in results if r.timing is not None), None)
-    compiled = next((r.compile for r in results if r.compile is not None), None)
+    timing = next((t for r in results if (t := probe_metrics(r, TimingMetrics))), None)
+    compiled = next((c for r in results if (c := probe_metrics(r, CompileMetrics))), None)
     if timing is not None:
         for name in ("step_ms", "device_ms", "host_ms"):
             value = side_figure(timing, name)

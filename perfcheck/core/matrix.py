@@ -23,7 +23,8 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.config import MatrixEntry, whole_phrases
-from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories
+from perfcheck.core.probes.profile import TraceMetrics
+from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories, probe_metrics
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
 # evidence, rendered as plain text (every report escapes what it shows).
@@ -412,8 +413,8 @@ def where_of(review: Review) -> Where:
     """The review's own trees, output folder and written traces."""
     traces = {}
     for wl in review.workloads:
-        b = next((r.trace for r in wl.base if r.probe == "profile" and r.trace), None)
-        h = next((r.trace for r in wl.head if r.probe == "profile" and r.trace), None)
+        b = next((t for r in wl.base if (t := probe_metrics(r, TraceMetrics))), None)
+        h = next((t for r in wl.head if (t := probe_metrics(r, TraceMetrics))), None)
         if b is not None and h is not None and b.trace_file and h.trace_file:
             traces[wl.name] = (b.trace_file, h.trace_file)
     return Where(

@@ -14,10 +14,19 @@ from markupsafe import Markup
 
 from perfcheck.core import charts, markdown
 from perfcheck.core.matrix import Entry
+from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.core.probes.timing import delta_cell
 from perfcheck.core.render import review_context, template_env, templates_dir
 from perfcheck.core.timing_gate import headline_metric, side_figure, throughput_figures
-from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
+from perfcheck.schema import (
+    CompileMetrics,
+    Finding,
+    ProbeResult,
+    Review,
+    TimingMetrics,
+    WorkloadReview,
+    probe_metrics,
+)
 
 CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
 JOB_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit on one step's job summary
@@ -68,11 +77,11 @@ def _plural(n: int, word: str) -> str:
 def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
     bt, ht = _probe(wl.base, "timing"), _probe(wl.head, "timing")
 
-    figures = throughput_figures(bt.timing if bt else None, ht.timing if ht else None)
+    figures = throughput_figures(probe_metrics(bt, TimingMetrics), probe_metrics(ht, TimingMetrics))
     metric = figures[0] if figures else "step_ms"
 
     def step(r: ProbeResult | None) -> str | None:
-        value = side_figure(r.timing if r else None, metric)
+        value = side_figure(probe_metrics(r, TimingMetrics), metric)
         return _status_or(r, f"{value:.3f} ms" if value is not None else None)
 
     headline = headline_metric(wl.timing) if wl.timing else None
@@ -80,17 +89,17 @@ def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
     bc, hc = _probe(wl.base, "compile"), _probe(wl.head, "compile")
 
     def graphs(r: ProbeResult | None) -> str | None:
-        m = r.compile if r else None
+        m = probe_metrics(r, CompileMetrics)
         return _status_or(r, f"{m.graph_count}/{m.graph_break_count}" if m else None)
 
     def recompiles(r: ProbeResult | None) -> str | None:
-        m = r.compile if r else None
+        m = probe_metrics(r, CompileMetrics)
         return _status_or(r, str(m.recompile_count) if m else None)
 
     be, he = _probe(wl.base, "export"), _probe(wl.head, "export")
 
     def ir(r: ProbeResult | None) -> str | None:
-        x = r.export if r else None
+        x = probe_metrics(r, ExportMetrics)
         return _status_or(r, x.graph_sha256[:10] if x and x.graph_sha256 else None)
 
     base_ir, head_ir = ir(be), ir(he)

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
+from perfcheck.core.probes.ddp import Collective
 from perfcheck.core.trace.intervals import covered, merge, shared
-from perfcheck.schema import Collective
 
 DTYPE_BYTES = {
     "float": 4, "float32": 4, "c10::float": 4,

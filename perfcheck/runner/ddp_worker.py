@@ -25,12 +25,13 @@ import torch.distributed as dist
 from torch._dynamo.utils import counters
 from torch.nn.parallel import DistributedDataParallel
 
+from perfcheck.core.probes.ddp import DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.runner.process_end import run_and_end
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, RankGraphs, load_model
+from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
 # Steps in the profile pass: the overlap is their pooled figure and the collectives their average.
@@ -45,8 +46,8 @@ def rank_device(spec: ProbeSpec, local_rank: int) -> str:
 
 
 def _backend_name(spec: ProbeSpec) -> str:
-    if spec.ddp.backend != "auto":
-        return spec.ddp.backend
+    if spec.section(DdpSettings).backend != "auto":
+        return spec.section(DdpSettings).backend
     return "nccl" if spec.device == "cuda" else "gloo"
 
 
@@ -66,7 +67,9 @@ def _wrap(variant: str, model: torch.nn.Module, device: str, spec: ProbeSpec, re
     ids = [int(device.split(":")[1])] if device.startswith("cuda:") else None
 
     def ddp(module: Any) -> DistributedDataParallel:
-        return DistributedDataParallel(module, device_ids=ids, bucket_cap_mb=spec.ddp.bucket_cap_mb)
+        return DistributedDataParallel(
+            module, device_ids=ids, bucket_cap_mb=spec.section(DdpSettings).bucket_cap_mb
+        )
 
     if variant == "eager":
         return ddp(model)
@@ -104,7 +107,7 @@ def run_variant(
     # DDP only does its work in backward, so the probe always trains, whatever the workload says.
     step = steps.make_step(net, True, spec.workload.amp, "cuda" if device.startswith("cuda") else "cpu")
     times: list[float] = []
-    for i in range(spec.ddp.steps):
+    for i in range(spec.section(DdpSettings).steps):
         start = time.perf_counter()
         step(*inputs)
         steps.synchronize("cuda" if device.startswith("cuda") else "cpu")
@@ -156,7 +159,7 @@ def main(argv: list[str]) -> int:
     dist.init_process_group(_backend_name(spec))
     rank, world = dist.get_rank(), dist.get_world_size()
     variants: list[DdpVariantMetrics] = []
-    for variant in spec.ddp.variants:
+    for variant in spec.section(DdpSettings).variants:
         try:
             metrics, hashes = run_variant(variant, spec, tree, device, world, out_dir)
         except Exception as err:  # one variant failing is a finding; the others still run

@@ -37,7 +37,7 @@ from torch.distributed import fsdp as fsdp_api
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from perfcheck.core.probes.ddp import first_rank_mismatch
+from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
 from perfcheck.core.probes.fsdp import (
     FsdpMetrics,
     FsdpSettings,
@@ -59,7 +59,7 @@ from perfcheck.runner.locate import innermost_user_frame, relative_path, to_loca
 from perfcheck.runner.peak_memory import peak_rss_mb
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.runner.process_end import run_and_end
-from perfcheck.schema import RankGraphs, SourceLocation, load_model
+from perfcheck.schema import SourceLocation, load_model
 from perfcheck.spec import ProbeSpec
 
 PROFILED_STEPS = 2
@@ -648,7 +648,7 @@ def layout_pass(
 
 def main(argv: list[str]) -> int:
     spec = load_model(ProbeSpec, Path(argv[0]).read_bytes(), argv[0])
-    settings = FsdpSettings.model_validate(spec.settings)
+    settings = spec.section(FsdpSettings)
     out_dir, tree = Path(argv[1]), Path(spec.tree)
     device = rank_device(spec, int(os.environ.get("LOCAL_RANK", "0")))
     if device.startswith("cuda"):

@@ -35,8 +35,10 @@ from perfcheck.schema import (
     ProbeResult,
     ProbeStatus,
     Side,
+    TimingMetrics,
     WorkloadReview,
     load_model,
+    probe_metrics,
 )
 from perfcheck.spec import LatencyPlan, ProbeSpec, Walls, side_files
 
@@ -348,13 +350,7 @@ def run_probe(
         return _failed(spec, "crashed", f"the probe wrote an invalid result: {err}", duration)
     if (result.side, result.workload, result.probe) != (spec.side, spec.workload.name, spec.probe):
         return _failed(spec, "crashed", "the probe wrote a result for another probe", duration)
-    kind = probes.get(spec.probe)
-    try:
-        if kind is not None:
-            kind.metrics_of(result)
-    except ValueError as err:
-        return _failed(spec, "crashed", f"the probe wrote invalid metrics: {err}", duration)
-    return result
+    return result  # its metrics were checked against its probe's model as it was read
 
 
 def _outcome(result: ProbeResult) -> str:
@@ -422,8 +418,6 @@ def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
 
 
 def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
-    kind = probes.get(probe)
-    settings = kind.settings_of(run.config) if kind is not None else None
     return ProbeSpec(
         probe=probe,
         side=side.side,
@@ -431,13 +425,13 @@ def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) 
         device=run.device,  # type: ignore[arg-type]
         workload=wl,
         compile=run.config.compile,
-        export=run.config.export,
         timing=run.config.timing,
-        ddp=run.config.ddp,
-        custom_ops=run.config.custom_ops,
-        profile=run.config.profile,
         plugins=tuple(run.config.plugins),
-        settings=settings.model_dump(mode="json") if settings is not None else {},
+        settings={
+            k.name: section.model_dump(mode="json")
+            for k in probes.kinds()
+            if (section := k.settings_of(run.config)) is not None
+        },
         walls=side_walls(run, side),
     )
 
@@ -636,10 +630,9 @@ class _Review:
             forks=self.forks,
         )
         reaper.check_stopping()  # killed by a stop (Ctrl-C, SIGTERM): not a crash to report
-        if from_base and result.compile is not None:
-            result = result.model_copy(
-                update={"compile": result.compile.model_copy(update={"from_base_cache": True})}
-            )
+        compiled = probe_metrics(result, CompileMetrics)
+        if from_base and compiled is not None:
+            result = result.with_metrics(compiled.model_copy(update={"from_base_cache": True}))
         step.done()
         task.finish(_outcome(result))
         return result
@@ -1017,7 +1010,7 @@ def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig, busy: bool = False)
 def _compiled_both(results: list[ProbeResult], workload: str) -> dict[str, CompileMetrics] | None:
     """Both sides' compile metrics of ``workload`` where both compiled, else None."""
     got = {
-        r.side: r.compile
+        r.side: probe_metrics(r, CompileMetrics)
         for r in results
         if r.workload == workload and r.probe == "compile" and r.status == "ok"
     }
@@ -1034,8 +1027,9 @@ def _with_latency(
     """The compile results of ``workload`` with each side's compile-latency samples."""
     out = []
     for r in results:
-        if r.workload == workload and r.probe == "compile" and r.compile is not None and r.side in measured:
-            r = r.model_copy(update={"compile": r.compile.model_copy(update={"latency": measured[r.side]})})
+        compiled = probe_metrics(r, CompileMetrics) if r.workload == workload else None
+        if compiled is not None and r.side in measured:
+            r = r.with_metrics(compiled.model_copy(update={"latency": measured[r.side]}))
         out.append(r)
     return out
 
@@ -1097,7 +1091,7 @@ def _follow_ups(
     exported graph that would have shown it never came), where its probes were left to the
     defaults. Its eager step finds the custom ops the workload calls; where there are none it
     says so and nothing more."""
-    from perfcheck.core.probes.custom_ops import custom_ops_in_export
+    from perfcheck.core.probes.custom_ops import CustomOpsSettings, custom_ops_in_export
 
     out = []
     for wl in run.workloads:
@@ -1107,7 +1101,9 @@ def _follow_ups(
         mine = [r for r in done if r.workload == wl.name]
         exports = [r for r in mine if r.probe == "export"]
         rejected = any(r.status == "failed" and r.probe in ("compile", "export") for r in mine)
-        if rejected or any(custom_ops_in_export(r, run.config.custom_ops.namespaces) for r in exports):
+        if rejected or any(
+            custom_ops_in_export(r, run.config.section(CustomOpsSettings).namespaces) for r in exports
+        ):
             out.append((wl, "custom_ops"))
     return out
 
@@ -1123,14 +1119,15 @@ def _with_sample_phases(result: ProbeResult, pending: Sequence[PendingLatency]) 
     """A timing result whose pairs made their samples after it was written, with the seconds each
     of its processes spent on its sample among its phases, as where they were made at once."""
     spent = next((p.latency_s() for p in pending if p.workload == result.workload), None)
-    if result.probe != "timing" or result.timing is None or spent is None:
+    timing = probe_metrics(result, TimingMetrics)
+    if timing is None or spent is None:
         return result
     mine = spent.get(result.side, {})
     processes = [
         p.model_copy(update={"phases_s": {**p.phases_s, "latency": mine[i]}}) if i in mine else p
-        for i, p in enumerate(result.timing.processes)
+        for i, p in enumerate(timing.processes)
     ]
-    return result.model_copy(update={"timing": result.timing.model_copy(update={"processes": processes})})
+    return result.with_metrics(timing.model_copy(update={"processes": processes}))
 
 
 def _samples_said(latency: Mapping[str, CompileLatency]) -> str:
@@ -1152,9 +1149,10 @@ def host_memory_free_share() -> float:
 
 
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:
-    figures = throughput_figures(base.timing, head.timing)
-    if head.timing and figures:
+    timed = probe_metrics(head, TimingMetrics)
+    figures = throughput_figures(probe_metrics(base, TimingMetrics), timed)
+    if timed and figures:
         name, b, h = figures
         what = METRIC_LABELS[name].replace(" / step", "")
-        return f"ok, {len(head.timing.processes)} process pairs, {what} {b:.3f} → {h:.3f} ms"
+        return f"ok, {len(timed.processes)} process pairs, {what} {b:.3f} → {h:.3f} ms"
     return "; ".join(f"{r.side} {_outcome(r)}" for r in (base, head))

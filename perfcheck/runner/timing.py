@@ -830,7 +830,7 @@ def _result(
         status="ok",
         duration_s=round(elapsed, 3),
         environment=Environment.model_validate(setup["environment"]),
-        timing=metrics,
+        metrics=metrics.model_dump(mode="json"),
         details={"warmup_block_minima_ms": [r.warmup.get("warmup_block_minima_ms", []) for r in records]},
     )
 

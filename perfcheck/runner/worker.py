@@ -90,10 +90,15 @@ def run(spec: ProbeSpec) -> ProbeResult:
     try:
         plugins.load_all(spec.plugins)  # a plugin probe's descriptor says where its run function is
         output = get_probe(spec.probe).run(spec, build)
-        status, message, metrics = output.status, output.message, output.metrics or {}
+        status, message, metrics, details = (
+            output.status,
+            output.message,
+            output.metrics_json(),
+            output.details,
+        )
     except (Exception, SystemExit) as err:  # the crash is the finding; the review goes on
         traceback.print_exception(err, file=sys.stderr)  # whole, into the probe's log
-        status, message, metrics = "crashed", _describe(err, tree, spec.workload.name), {}
+        status, message, metrics, details = "crashed", _describe(err, tree, spec.workload.name), {}, {}
     return ProbeResult(
         probe=spec.probe,
         workload=spec.workload.name,
@@ -103,7 +108,8 @@ def run(spec: ProbeSpec) -> ProbeResult:
         message=message,
         workload_failed=status == "crashed" and building,
         environment=environment(spec.device),
-        **metrics,
+        metrics=metrics,
+        details=details,
     )
 
 

@@ -16,6 +16,7 @@ from perfcheck.schema import categories, register_categories
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 _REGISTRY: dict[str, ProbeKind] = {}
+_BUILT_IN: list[str] = []  # the names registered by perfcheck's own registry (below), not a plugin
 
 
 def register(kind: ProbeKind, built_in: bool = False) -> ProbeKind:
@@ -46,6 +47,8 @@ def register(kind: ProbeKind, built_in: bool = False) -> ProbeKind:
     matrix.register_probe_entries(kind.name, dict(kind.entries), f"probe {kind.name}")
     register_categories(list(kind.categories))
     _REGISTRY[kind.name] = kind
+    if built_in:
+        _BUILT_IN.append(kind.name)
     return kind
 
 
@@ -60,8 +63,6 @@ for _kind in (
     profile.PROBE,
 ):
     register(_kind, built_in=True)
-
-_BUILT_IN = tuple(_REGISTRY)
 
 
 def built_in() -> list[ProbeKind]:

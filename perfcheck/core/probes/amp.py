@@ -9,18 +9,37 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from typing import Literal
+
+from pydantic import Field
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
-    AmpMetrics,
-    AmpOp,
     Finding,
     GraphBreak,
     ProbeResult,
     SourceLocation,
+    Strict,
     WorkloadReview,
+    probe_metrics,
 )
+
+
+class AmpOp(Strict):
+    op: str = Field(description="ATen op or GPU kernel name")
+    dtype: str = Field(description="the dtype it ran in")
+    count: int = Field(default=1, ge=1)
+    location: SourceLocation | None = None
+    source: Literal["graph", "kernel"] = "graph"
+
+
+class AmpMetrics(Strict):
+    dtype: Literal["bf16", "fp16"]
+    fp32_ops: list[AmpOp] = Field(default=[], description="matmul/conv-class ops left in fp32 under autocast")
+    autocast_breaks: list[GraphBreak] = Field(default=[], description="graph breaks at autocast boundaries")
+    low_precision_ops: int = Field(default=0, ge=0, description="matmul/conv-class ops in the low dtype")
+
 
 MAX_LISTED_OPS = 40
 
@@ -96,7 +115,7 @@ def _break_finding(wl: str, gb: GraphBreak, count: int) -> Finding:
 
 
 def amp_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
-    b, h = base.amp, head.amp
+    b, h = probe_metrics(base, AmpMetrics), probe_metrics(head, AmpMetrics)
     if b is None or h is None:
         return []
     graph = _added_ops(
@@ -120,11 +139,12 @@ def rows(ba: ProbeResult | None, ha: ProbeResult | None, wl: WorkloadReview) -> 
     if ba or ha:
 
         def fp32(r: ProbeResult | None) -> str:
-            if r is None or r.amp is None:
+            m = probe_metrics(r, AmpMetrics)
+            if m is None:
                 return status_cell(r) or "—"
-            return f"{sum(o.count for o in r.amp.fp32_ops)} fp32 / {r.amp.low_precision_ops} {r.amp.dtype}"
+            return f"{sum(o.count for o in m.fp32_ops)} fp32 / {m.low_precision_ops} {m.dtype}"
 
-        dtype = next((r.amp.dtype for r in (ha, ba) if r and r.amp), "low precision")
+        dtype = next((m.dtype for r in (ha, ba) if (m := probe_metrics(r, AmpMetrics))), "low precision")
         rows.append(Row(f"matmul/conv ops under {dtype} autocast", fp32(ba), fp32(ha), ""))
     return settled(rows, ba, ha)
 
@@ -138,5 +158,7 @@ PROBE = ProbeKind(
     summary="matmul/conv-class ops left in fp32 under autocast, autocast-boundary breaks, fp32 GEMMs",
     compare=compare,
     rows=rows,
+    metrics=AmpMetrics,
+    run="perfcheck.runner.probes.amp_probe:run",
     categories=entries_beside(__file__),  # amp.yml: its own categories' entries
 )

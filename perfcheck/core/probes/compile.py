@@ -28,6 +28,7 @@ from perfcheck.schema import (
     Recompile,
     SourceLocation,
     WorkloadReview,
+    probe_metrics,
 )
 
 
@@ -383,7 +384,7 @@ def _compile_latency(wl: str, base: CompileMetrics, head: CompileMetrics, config
 
 def _compile_failed(wl: str, base: ProbeResult, head: ProbeResult) -> Finding | None:
     """torch.compile raising inside torch on the head's code: not a crashed probe, a finding."""
-    h = head.compile
+    h = probe_metrics(head, CompileMetrics)
     if head.status != "failed" or h is None:
         return None
     return rejected_finding("compile_failed", wl, "compile", "torch.compile", h, base)
@@ -393,7 +394,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     failed = _compile_failed(wl, base, head)
     if failed is not None:
         return Compared([failed])
-    b, h = base.compile, head.compile
+    b, h = probe_metrics(base, CompileMetrics), probe_metrics(head, CompileMetrics)
     if b is None or h is None or "failed" in (base.status, head.status):
         return Compared()
     latency = _compile_latency(wl, b, h, config)
@@ -407,8 +408,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
 def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     rows: list[Row] = []
     if bc or hc:
-        bm = bc.compile if bc else None
-        hm = hc.compile if hc else None
+        bm, hm = probe_metrics(bc, CompileMetrics), probe_metrics(hc, CompileMetrics)
 
         def cell(r: ProbeResult | None, value: Cell | None) -> Cell:
             return status_cell(r) or (value if value is not None else "—")
@@ -503,5 +503,7 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),  # torch rejecting a side's code is compared too
+    metrics=CompileMetrics,
+    run="perfcheck.runner.probes.compile_probe:run",
     categories=entries_beside(__file__),  # compile.yml: its own categories' entries
 )

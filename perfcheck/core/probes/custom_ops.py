@@ -6,9 +6,19 @@ way on both sides is old news, still shown so it is not forgotten (warning).
 
 from __future__ import annotations
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from perfcheck.config import Config
+from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
-from perfcheck.schema import CustomOpCheck, Finding, ProbeResult, WorkloadReview
+from perfcheck.schema import (
+    Finding,
+    ProbeResult,
+    SourceLocation,
+    Strict,
+    WorkloadReview,
+    probe_metrics,
+)
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
 NO_CHECK = "opcheck"
@@ -16,6 +26,38 @@ NO_CHECK = "opcheck"
 # PyTorch's own operator namespaces; '_'-prefixed ones (_c10d_functional, _quantized, ...) are
 # internal too. Anything else was registered by a project through torch.library or TORCH_LIBRARY.
 TORCH_NAMESPACES = frozenset({"aten", "prim", "prims", "c10d", "debugprims", "inductor", "profiler"})
+
+
+class CustomOpCheck(Strict):
+    op: str = Field(description="namespace::name")
+    ok: bool
+    failed_check: str | None = Field(
+        default=None, description="e.g. test_faketensor, test_aot_dispatch_dynamic"
+    )
+    message: str | None = None
+    fake_at: SourceLocation | None = Field(
+        default=None, description="where the op's fake (meta) kernel is registered, when it has one"
+    )
+
+
+class CustomOpMetrics(Strict):
+    ops: list[CustomOpCheck] = Field(default=[])
+
+
+class CustomOpsSettings(BaseModel):
+    """The `custom_ops:` section of perfcheck.yml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespaces: list[str] = Field(
+        default_factory=list,
+        description="torch.library namespaces to opcheck (default: those the workload uses)",
+    )
+    auto: bool = Field(
+        default=True,
+        description="run custom_ops on a workload whose exported graph calls a custom op, though it was "
+        "not asked for (a workload's own `probes` list or --probes still decides)",
+    )
 
 
 def is_custom(namespace: str, configured: list[str]) -> bool:
@@ -26,11 +68,10 @@ def is_custom(namespace: str, configured: list[str]) -> bool:
 
 def custom_ops_in_export(result: ProbeResult | None, configured: list[str]) -> list[str]:
     """The custom ops an exported graph calls (``ns.op.overload`` names in its op counts)."""
-    if result is None or result.export is None:
+    exported = probe_metrics(result, ExportMetrics)
+    if exported is None:
         return []
-    return sorted(
-        op for op in result.export.op_counts if "." in op and is_custom(op.split(".")[0], configured)
-    )
+    return sorted(op for op in exported.op_counts if "." in op and is_custom(op.split(".")[0], configured))
 
 
 def check_name(c: CustomOpCheck) -> str:
@@ -44,12 +85,10 @@ def fake_check(check: str) -> bool:
 
 
 def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
-    h = head.custom_ops
+    h, b = probe_metrics(head, CustomOpMetrics), probe_metrics(base, CustomOpMetrics)
     if h is None:
         return []
-    failing_on_base = {
-        (c.op, check_name(c)) for c in (base.custom_ops.ops if base.custom_ops else []) if not c.ok
-    }
+    failing_on_base = {(c.op, check_name(c)) for c in (b.ops if b else []) if not c.ok}
     out: list[Finding] = []
     for c in h.ops:
         if c.ok:
@@ -76,9 +115,10 @@ def rows(bo: ProbeResult | None, ho: ProbeResult | None, wl: WorkloadReview) -> 
     if bo or ho:
 
         def passing(r: ProbeResult | None) -> str:
-            if r is None or r.custom_ops is None:
+            m = probe_metrics(r, CustomOpMetrics)
+            if m is None:
                 return status_cell(r) or "—"
-            ops = r.custom_ops.ops
+            ops = m.ops
             return f"{sum(o.ok for o in ops)} of {len(ops)} pass"
 
         rows.append(Row("custom ops (opcheck)", passing(bo), passing(ho), ""))
@@ -94,5 +134,8 @@ PROBE = ProbeKind(
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
     compare=compare,
     rows=rows,
+    settings=CustomOpsSettings,
+    metrics=CustomOpMetrics,
+    run="perfcheck.runner.probes.custom_op_probe:run",
     categories=entries_beside(__file__),  # custom_ops.yml: its own categories' entries
 )

@@ -4,11 +4,71 @@ communication that no longer hides behind compute. Pure; torch-free."""
 from __future__ import annotations
 
 from collections import Counter
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
-from perfcheck.schema import DdpMetrics, DdpVariantMetrics, Finding, ProbeResult, RankGraphs, WorkloadReview
+from perfcheck.schema import Finding, GraphBreak, ProbeResult, Strict, WorkloadReview, probe_metrics
+
+
+class Collective(Strict):
+    """One kind of collective a training step issues, as the profiler saw it."""
+
+    op: str = Field(description="e.g. all_reduce, broadcast, all_gather")
+    group_size: int = Field(ge=1)
+    dtype: str
+    bytes: int = Field(ge=0, description="message size of one call")
+    count: int = Field(default=1, ge=1, description="calls per step")
+
+
+class RankGraphs(Strict):
+    rank: int = Field(ge=0)
+    graph_hashes: list[str] = Field(description="hash of each compiled graph, in compile order")
+
+
+class DdpVariantMetrics(Strict):
+    variant: Literal["eager", "compiled_ddp", "ddp_compiled"] = Field(
+        description="DDP(model); torch.compile(DDP(model)); DDP(torch.compile(model))"
+    )
+    step_ms: float | None = Field(default=None, ge=0, description="median step time on rank 0")
+    graph_count: int = Field(default=0, ge=0)
+    graph_breaks: list[GraphBreak] = Field(default=[], description="real breaks, not DDPOptimizer's")
+    ddp_splits: int = Field(default=0, ge=0, description="DDPOptimizer's intentional bucket splits")
+    ranks: list[RankGraphs] = Field(default=[])
+    collectives: list[Collective] = Field(default=[])
+    comm_overlap_pct: float | None = Field(
+        default=None, ge=0, le=100, description="share of communication time hidden behind compute"
+    )
+    error: str | None = None
+
+
+class DdpMetrics(Strict):
+    backend: str
+    world_size: int = Field(ge=1)
+    variants: list[DdpVariantMetrics]
+
+
+class DdpSettings(BaseModel):
+    """The `ddp:` section of perfcheck.yml: torchrun on world_size ranks of one host."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    world_size: int = Field(default=2, ge=1, description="ranks (one per GPU with nccl)")
+    backend: Literal["auto", "gloo", "nccl"] = Field(
+        default="auto", description="auto: nccl on cuda, else gloo"
+    )
+    variants: list[Literal["eager", "compiled_ddp", "ddp_compiled"]] = Field(
+        default=["eager", "compiled_ddp", "ddp_compiled"]
+    )
+    steps: int = Field(default=6, ge=2, description="training steps per variant (the first warms up)")
+    bucket_cap_mb: float = Field(
+        default=25.0,
+        ge=1,
+        description="DDP bucket size; at least its 1 MB first bucket (DDPOptimizer needs it)",
+    )
 
 
 def _variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
@@ -42,8 +102,9 @@ def _describe(keys: Counter[tuple[str, int, str, int]]) -> list[str]:
 
 def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
     out: list[Finding] = []
-    b, h = _variants(base.ddp), _variants(head.ddp)
-    backend = head.ddp.backend if head.ddp else "?"
+    bm, hm = probe_metrics(base, DdpMetrics), probe_metrics(head, DdpMetrics)
+    b, h = _variants(bm), _variants(hm)
+    backend = hm.backend if hm else "?"
     # nccl: HolisticTraceAnalysis's time-based overlap; gloo: the share of collectives launched
     # before backward's last node (perfcheck/runner/comm_trace.py says why).
     for name, hv in h.items():
@@ -120,11 +181,12 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
 
 
 def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
-    def variants(r: ProbeResult | None) -> dict[str, DdpVariantMetrics]:
-        return {v.variant: v for v in r.ddp.variants} if r and r.ddp else {}
+    def variants(m: DdpMetrics | None) -> dict[str, DdpVariantMetrics]:
+        return {v.variant: v for v in m.variants} if m else {}
 
-    bv, hv = variants(bd), variants(hd)
-    world = (hd or bd).ddp.world_size if (hd or bd) and (hd or bd).ddp else "?"  # type: ignore[union-attr]
+    bm, hm = probe_metrics(bd, DdpMetrics), probe_metrics(hd, DdpMetrics)
+    bv, hv = variants(bm), variants(hm)
+    world = m.world_size if (m := hm if hd else bm) else "?"
     rows: list[Row] = []
     for name in [*bv, *[n for n in hv if n not in bv]]:
         b, h = bv.get(name), hv.get(name)
@@ -158,6 +220,9 @@ PROBE = ProbeKind(
     summary="DDP under torchrun: eager, compile(DDP), DDP(compile); rank graphs, collectives, overlap",
     compare=compare,
     rows=rows,
+    settings=DdpSettings,
+    metrics=DdpMetrics,
+    run="perfcheck.runner.probes.ddp_probe:run",
     raises=("rank_graph_mismatch", "collective_drift"),
     categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
 )

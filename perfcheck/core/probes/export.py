@@ -3,12 +3,59 @@
 from __future__ import annotations
 
 import difflib
+import re
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, rejected_finding, settled
-from perfcheck.schema import ExportMetrics, Finding, ProbeResult, WorkloadReview
+from perfcheck.schema import Finding, ProbeResult, SourceLocation, Strict, WorkloadReview, probe_metrics
 
 MAX_DIFF_LINES = 120
+
+
+class ExportMetrics(Strict):
+    graph_sha256: str | None = None
+    graph_text: str | None = Field(default=None, description="canonical rendering of the exported graph")
+    op_counts: dict[str, int] = Field(default={})
+    denied_ops: list[str] = Field(default=[])
+    error_type: str | None = None
+    error_kind: str | None = Field(
+        default=None,
+        max_length=100,
+        description="what torch's error says it is, where it says (a UserError's type, e.g. "
+        "DYNAMIC_CONTROL_FLOW)",
+    )
+    error_message: str | None = None
+    error_location: SourceLocation | None = None
+
+
+# An op as the export: section names it: aten.addmm or aten.addmm.default.
+_OP_NAME = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*){1,2}$")
+
+
+class ExportSettings(BaseModel):
+    """The `export:` section of perfcheck.yml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    allow_ops: list[str] = Field(default_factory=list, description="if set, every op must be listed")
+    deny_ops: list[str] = Field(default_factory=list)
+    strict: bool = Field(default=False, description="torch.export strict (Dynamo) tracing")
+    decompose: bool = Field(default=True, description="hash the core ATen IR after run_decompositions()")
+    fail_on_ir_change: bool = Field(
+        default=False,
+        description="an IR change fails the check (a compiler repo, where the IR is the contract); "
+        "off, it is a warning. Denied ops and ops outside allow_ops fail either way",
+    )
+
+    @field_validator("allow_ops", "deny_ops")
+    @classmethod
+    def _ops(cls, v: list[str]) -> list[str]:
+        for op in v:
+            if not _OP_NAME.match(op):
+                raise ValueError(f"op names like 'aten.native_dropout.default'; got {op!r}")
+        return v
 
 
 def _total(op_diff: dict[str, list[int]], part: str, side: int) -> int:
@@ -57,7 +104,7 @@ def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> 
     )
     summary = ", ".join(f"{op} {n0}→{n1}" for op, (n0, n1) in op_diff.items()) or "same ops, different graph"
     # Severity by intent: a model repo changes its IR on purpose; a compiler repo makes it a contract.
-    fail = config.export.fail_on_ir_change
+    fail = config.section(ExportSettings).fail_on_ir_change
     decided = "export.fail_on_ir_change is on" if fail else "a warning: export.fail_on_ir_change is off"
     evidence: dict[str, object] = {
         "base_sha256": b.graph_sha256,
@@ -81,8 +128,7 @@ def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> 
 
 def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
     out: list[Finding] = []
-    b: ExportMetrics | None = base.export
-    h: ExportMetrics | None = head.export
+    b, h = probe_metrics(base, ExportMetrics), probe_metrics(head, ExportMetrics)
     if h is None:
         return out
     if base.status == "failed" and head.status == "ok" and b is not None:
@@ -127,16 +173,15 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
 def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     rows: list[Row] = []
     if be or he:
-        bx = be.export if be else None
-        hx = he.export if he else None
+        bx, hx = probe_metrics(be, ExportMetrics), probe_metrics(he, ExportMetrics)
 
-        def ir(r: ProbeResult | None) -> str:
-            if r is None or r.export is None or r.export.graph_sha256 is None:
+        def ir(m: ExportMetrics | None) -> str:
+            if m is None or m.graph_sha256 is None:
                 return "—"
-            return f"{r.export.graph_sha256[:10]} ({sum(r.export.op_counts.values())} ops)"
+            return f"{m.graph_sha256[:10]} ({sum(m.op_counts.values())} ops)"
 
         same = bx is not None and hx is not None and bx.graph_sha256 and bx.graph_sha256 == hx.graph_sha256
-        rows.append(Row("export IR", ir(be), ir(he), "=" if same else ("changed" if bx and hx else "")))
+        rows.append(Row("export IR", ir(bx), ir(hx), "=" if same else ("changed" if bx and hx else "")))
     return settled(rows, be, he)
 
 
@@ -147,5 +192,8 @@ PROBE = ProbeKind(
     compare=compare,
     rows=rows,
     compared=("ok", "failed"),
+    settings=ExportSettings,
+    metrics=ExportMetrics,
+    run="perfcheck.runner.probes.export_probe:run",
     categories=entries_beside(__file__),  # export.yml: its own categories' entries
 )

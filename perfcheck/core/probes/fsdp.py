@@ -23,9 +23,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
-from perfcheck.core.probes.ddp import first_rank_mismatch
+from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
 from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
-from perfcheck.schema import Finding, GraphBreak, ProbeResult, RankGraphs, SourceLocation, WorkloadReview
+from perfcheck.schema import Finding, GraphBreak, ProbeResult, SourceLocation, WorkloadReview
 
 Variant = Literal["eager", "compiled_layers", "compiled_model"]
 Dtype = Literal["float32", "bfloat16", "float16"]

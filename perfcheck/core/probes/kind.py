@@ -14,11 +14,18 @@ units, not DDP's buckets) its descriptor carries its own entry for it (``entries
 
 Every probe's own finding categories come with it (``categories``), each with its root-cause
 matrix entry (a built-in probe's in the YAML file beside its descriptor), and are registered with
-it. A plugin probe (a module named under ``plugins:`` in perfcheck.yml, see perfcheck/plugins.py)
-carries more in its descriptor, since no built-in file knows it: its settings model (the config
-section under its name), its metrics model (``ProbeResult.metrics``, validated against it), and
-where its run function lives (``"module:function"``, imported only in the probe's worker
-process, where torch is).
+it. Every probe's metrics model is its descriptor's (``metrics``): what ``ProbeResult.metrics``
+holds for it, validated against it as a result is read and read through
+``perfcheck.schema.probe_metrics``. Its settings model (``settings``) is its config section,
+under its name (read with ``Config.section``, and in the worker with ``ProbeSpec.section``), and
+``run`` says where its run function lives (``"module:function"``, imported only in the probe's
+worker process, where torch is): a plugin probe (a module named under ``plugins:`` in
+perfcheck.yml, see perfcheck/plugins.py) carries both, since no built-in file knows it, and so do
+the built-ins (all but the timing probe, whose paired processes the orchestrator runs, name their
+run function; export, ddp, fsdp, custom_ops and profile their section). The ``compile:`` and
+``timing:`` sections are not one probe's: every compiling probe reads ``compile`` (backend, mode,
+dynamic) and the compile probe and the planner read ``timing``, so they stay the config's own
+(``Config.compile``, ``Config.timing``, and ``ProbeSpec``'s).
 """
 
 from __future__ import annotations
@@ -97,7 +104,6 @@ class ProbeKind:
     # Its own finding categories, each with its root-cause matrix entry (category -> entry): a
     # built-in probe's from the YAML file beside its descriptor (``entries_beside``).
     categories: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-    # A plugin's own parts (the built-in probes keep theirs in schema.py and config.py):
     settings: type[BaseModel] | None = None  # its config section, under the probe's name
     metrics: type[BaseModel] | None = None  # what ProbeResult.metrics holds for it
     run: str | None = None  # "module:function" of its run function, for the worker
@@ -118,7 +124,7 @@ class ProbeKind:
         if self.metrics is None or not result.metrics:
             return None
         try:
-            return self.metrics.model_validate(result.metrics)
+            return result.metrics_as(self.metrics)
         except ValidationError as err:
             first = err.errors()[0]
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
@@ -128,7 +134,7 @@ class ProbeKind:
         """The probe's config section (its defaults when the config has none)."""
         if self.settings is None:
             return None
-        section = config.plugin_settings.get(self.name)
+        section = config.probe_settings.get(self.name)
         return section if section is not None else self.settings()
 
 

@@ -10,19 +10,56 @@ Imports nothing from bot.compare, which registers this module (it would be an im
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import Finding, ProbeResult, TraceMetrics
+from perfcheck.schema import Finding, ProbeResult, Strict, probe_metrics
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a
 # name missing from it may simply be too small to be listed, not absent.
 LISTED_LIMIT = 500
 _NAMES_IN_MESSAGE = 3
 _NAMES_IN_EVIDENCE = 50
+
+
+class KernelStat(Strict):
+    name: str
+    kind: Literal["compute", "communication", "memory", "cpu_op"]
+    count: int = Field(ge=0)
+    total_us: float = Field(ge=0)
+
+
+class TraceMetrics(Strict):
+    """A profile pass (never the timing run): per-kernel totals over the profiled steps."""
+
+    steps: int = Field(ge=1)
+    kernels: list[KernelStat] = Field(description="GPU kernels, or CPU ops when no GPU ran")
+    idle_pct: float | None = Field(default=None, ge=0, le=100)
+    compute_pct: float | None = Field(default=None, ge=0, le=100)
+    non_compute_pct: float | None = Field(default=None, ge=0, le=100)
+    comm_overlap_pct: float | None = Field(default=None, ge=0, le=100)
+    trace_file: str | None = Field(
+        default=None, description="the Kineto trace, relative to the output folder"
+    )
+
+
+class ProfileSettings(BaseModel):
+    """The `profile:` section of perfcheck.yml."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    steps: int = Field(default=5, ge=1, description="profiled steps, after warm-up")
+    top_kernels: int = Field(
+        default=10, ge=1, description="kernels listed in the profile's finding of a changed kernel mix"
+    )
+    min_change_pct: float = Field(
+        default=5.0, ge=0, description="per-kernel time change, in % of the step's kernel time, that counts"
+    )
 
 
 def per_step(metrics: TraceMetrics) -> dict[str, float]:
@@ -79,12 +116,13 @@ def _message(what: str, added: list[Change], removed: list[Change], timed: list[
 
 
 def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
-    b, h = base.trace, head.trace
+    b, h = probe_metrics(base, TraceMetrics), probe_metrics(head, TraceMetrics)
     if b is None or h is None or not b.kernels or not h.kernels or on_gpu(b) != on_gpu(h):
         return []  # nothing to compare, or GPU kernels against CPU ops
     base_times, head_times = per_step(b), per_step(h)
     step_us = sum(base_times.values())
-    threshold = step_us * config.profile.min_change_pct / 100
+    settings = config.section(ProfileSettings)
+    threshold = step_us * settings.min_change_pct / 100
     changes = [c for c in diff_times(base_times, head_times) if _known(c, b, h)]
     added = [c for c in changes if c.status == "added"]
     removed = [c for c in changes if c.status == "removed"]
@@ -110,7 +148,7 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
                 "head_us": _r(c.head_us),
                 "delta_us": _r(c.delta_us),
             }
-            for c in counted[: config.profile.top_kernels]
+            for c in counted[: settings.top_kernels]
         ],
         "breakdown": _breakdown(b, h),
         "trace_files": [b.trace_file, h.trace_file],
@@ -121,7 +159,7 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
             severity="warning",
             workload=workload,
             probe="profile",
-            message=_message(what, added, removed, timed, config.profile.min_change_pct),
+            message=_message(what, added, removed, timed, settings.min_change_pct),
             evidence=evidence,
         )
     ]
@@ -135,5 +173,8 @@ PROBE = ProbeKind(
     name="profile",
     summary="a profiler pass of its own: per-kernel time, added and removed kernels, time breakdown",
     compare=compare,
+    settings=ProfileSettings,
+    metrics=TraceMetrics,
+    run="perfcheck.runner.probes.profile_probe:run",
     categories=entries_beside(__file__),  # profile.yml: its own categories' entries
 )

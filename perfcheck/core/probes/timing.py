@@ -21,6 +21,7 @@ from perfcheck.schema import (
     TimingChange,
     TimingMetrics,
     WorkloadReview,
+    probe_metrics,
 )
 
 # What must match before two timings are comparable. Software versions may differ on purpose
@@ -84,7 +85,7 @@ def _alarm(m: MetricChange, alpha: float) -> bool:
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
-    b, h = base.timing, head.timing
+    b, h = probe_metrics(base, TimingMetrics), probe_metrics(head, TimingMetrics)
     if b is None or h is None:
         return Compared()
     out: list[Finding] = []
@@ -219,8 +220,7 @@ def delta_cell(m: MetricChange) -> str:
 def _timing_rows(bt: ProbeResult | None, ht: ProbeResult | None, change: TimingChange | None) -> list[Row]:
     """Every figure is the geometric mean over a side's processes, the estimator Δ is computed from,
     so base → head and Δ always agree; the row that decided the verdict says so."""
-    b = bt.timing if bt else None
-    h = ht.timing if ht else None
+    b, h = probe_metrics(bt, TimingMetrics), probe_metrics(ht, TimingMetrics)
     if b is None and h is None:
         return [Row("step time", status_cell(bt) or "—", status_cell(ht) or "—", "")]
     src = h or b
@@ -349,5 +349,6 @@ PROBE = ProbeKind(
     paired=True,
     compare=compare,
     rows=rows,
+    metrics=TimingMetrics,
     categories=entries_beside(__file__),  # timing.yml: its own categories' entries
 )

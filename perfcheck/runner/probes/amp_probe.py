@@ -28,11 +28,13 @@ import torch.fx
 from functorch.compile import make_boxed_func
 from torch._dynamo.backends.common import aot_autograd
 
+from perfcheck.core.probes.amp import AmpMetrics, AmpOp
+from perfcheck.core.probes.profile import ProfileSettings
 from perfcheck.runner import step as steps
 from perfcheck.runner.locate import innermost_user_frame, to_location
-from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
-from perfcheck.schema import AmpMetrics, AmpOp, GraphBreak, SourceLocation
+from perfcheck.schema import GraphBreak, SourceLocation
 from perfcheck.spec import ProbeSpec
 
 # Ops whose cost is a GEMM or a convolution: the ones autocast exists to run in low precision.
@@ -228,52 +230,46 @@ def _profile_kernels(step: Callable[..., Any], inputs: tuple[Any, ...], n: int) 
     return fp32_kernels((e.name for e in prof.events() if e.device_type == DeviceType.CUDA), n)
 
 
-class AmpProbe:
-    name = "amp"
-
-    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        wl = spec.workload
-        amp = "bf16" if wl.amp == "none" else wl.amp
-        if amp == "fp16" and spec.device != "cuda":
-            return ProbeOutput(
-                status="skipped",
-                message="fp16 autocast is probed on cuda only; on a CPU runner set the workload's "
-                "`amp: bf16` to check it",
-            )
-        if amp == "bf16" and spec.device == "cuda" and not torch.cuda.is_bf16_supported():
-            return ProbeOutput(status="skipped", message="this GPU has no bf16 support; use `amp: fp16`")
-        tree = Path(spec.tree)
-
-        torch._dynamo.reset()
-        built = build()
-        model = steps.prepare(built.model, wl.train)
-        graphs: list[torch.fx.GraphModule] = []
-        compiled = torch.compile(model, backend=_capture_backend(graphs))
-        step = steps.make_step(compiled, wl.train, amp, spec.device)
-        step(*built.inputs)
-        steps.synchronize(spec.device)
-        fp32_ops, low = scan_graphs(graphs, tree)
-        if spec.device == "cuda":
-            fp32_ops += _profile_kernels(step, built.inputs, spec.profile.steps)
-
-        torch._dynamo.reset()
-        with (
-            steps.autocast(amp, spec.device),
-            torch.no_grad() if not wl.train else contextlib.nullcontext(),
-        ):
-            explained = torch._dynamo.explain(model)(*built.inputs)
-        torch._dynamo.reset()
-        breaks = [gb for gb in graph_breaks_of(explained, tree) if at_autocast_boundary(gb, tree)]
-
-        metrics = AmpMetrics(
-            dtype=amp,
-            fp32_ops=fp32_ops,
-            autocast_breaks=breaks,
-            low_precision_ops=low,
+def run(
+    spec: ProbeSpec, build: Callable[[], Workload], settings: None
+) -> ProbeOutput:  # it has no section of its own
+    wl = spec.workload
+    amp = "bf16" if wl.amp == "none" else wl.amp
+    if amp == "fp16" and spec.device != "cuda":
+        return ProbeOutput(
+            status="skipped",
+            message="fp16 autocast is probed on cuda only; on a CPU runner set the workload's "
+            "`amp: bf16` to check it",
         )
-        return ProbeOutput(metrics={"amp": metrics})
+    if amp == "bf16" and spec.device == "cuda" and not torch.cuda.is_bf16_supported():
+        return ProbeOutput(status="skipped", message="this GPU has no bf16 support; use `amp: fp16`")
+    tree = Path(spec.tree)
 
+    torch._dynamo.reset()
+    built = build()
+    model = steps.prepare(built.model, wl.train)
+    graphs: list[torch.fx.GraphModule] = []
+    compiled = torch.compile(model, backend=_capture_backend(graphs))
+    step = steps.make_step(compiled, wl.train, amp, spec.device)
+    step(*built.inputs)
+    steps.synchronize(spec.device)
+    fp32_ops, low = scan_graphs(graphs, tree)
+    if spec.device == "cuda":
+        fp32_ops += _profile_kernels(step, built.inputs, spec.section(ProfileSettings).steps)
 
-@register("amp")
-def _factory() -> AmpProbe:
-    return AmpProbe()
+    torch._dynamo.reset()
+    with (
+        steps.autocast(amp, spec.device),
+        torch.no_grad() if not wl.train else contextlib.nullcontext(),
+    ):
+        explained = torch._dynamo.explain(model)(*built.inputs)
+    torch._dynamo.reset()
+    breaks = [gb for gb in graph_breaks_of(explained, tree) if at_autocast_boundary(gb, tree)]
+
+    metrics = AmpMetrics(
+        dtype=amp,
+        fp32_ops=fp32_ops,
+        autocast_breaks=breaks,
+        low_precision_ops=low,
+    )
+    return ProbeOutput(metrics=metrics)

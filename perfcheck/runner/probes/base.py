@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from pydantic import BaseModel
 
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.spec import ProbeSpec
@@ -34,7 +36,15 @@ class ProbeOutput:
 
     status: str = "ok"
     message: str | None = None
-    metrics: dict[str, Any] | None = None  # field name on ProbeResult -> model fields
+    # What it measured: its metrics model (perfcheck/core/probes/<probe>.py), or that model's
+    # fields as JSON (a plugin's run function may hand back either).
+    metrics: BaseModel | dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    def metrics_json(self) -> dict[str, Any]:
+        if isinstance(self.metrics, BaseModel):
+            return self.metrics.model_dump(mode="json")
+        return dict(self.metrics or {})
 
 
 class Probe(Protocol):
@@ -56,17 +66,16 @@ def register(name: str) -> Callable[[Callable[[], Probe]], Callable[[], Probe]]:
 
 
 def load_builtin() -> None:
-    """Import the built-in probe modules, which register themselves on import: called here rather
-    than in the package's __init__ so that torch loads only in probe processes."""
-    from perfcheck.runner.probes import (  # noqa: F401
-        amp_probe,
-        compile_latency_probe,
-        compile_probe,
-        custom_op_probe,
-        ddp_probe,
-        export_probe,
-        profile_probe,
-    )
+    """Import the run modules of perfcheck's own probes (each descriptor's ``run=``) and the
+    runner's worker-only ``compile_latency`` probe (the compile probe's cache-cold compiles under
+    valgrind, which registers itself on import), as a fork server does before it forks: called
+    here rather than in the package's __init__ so that torch loads only in probe processes."""
+    from perfcheck.core import probes
+    from perfcheck.runner.probes import compile_latency_probe  # noqa: F401
+
+    for kind in probes.built_in():
+        if kind.run is not None:
+            importlib.import_module(kind.run.partition(":")[0])
 
 
 def get_probe(name: str) -> Probe:
@@ -88,9 +97,10 @@ PluginRun = Callable[[ProbeSpec, Callable[[], Workload], Any], ProbeOutput]
 
 @dataclass(frozen=True)
 class PluginProbe:
-    """A plugin probe's run function behind the Probe interface: it gets the probe's settings as
-    its own model, and what it measures is checked against its metrics model here, in the worker,
-    so that a plugin's mistake reads as its own crash."""
+    """A run function its descriptor names (``run=``: a plugin's, or a built-in probe's written in
+    that shape) behind the Probe interface: it gets the probe's settings as its own model, and
+    what it measures is checked against its metrics model here, in the worker, so that a
+    plugin's mistake reads as its own crash."""
 
     kind: ProbeKind
     function: PluginRun
@@ -100,13 +110,13 @@ class PluginProbe:
         return self.kind.name
 
     def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        settings = self.kind.settings.model_validate(spec.settings) if self.kind.settings else None
+        settings = spec.section(self.kind.settings) if self.kind.settings else None
         out = self.function(spec, build, settings)
         if not isinstance(out, ProbeOutput):
             raise TypeError(
                 f"the {self.name} probe's run function returned {type(out).__name__}, not ProbeOutput"
             )
-        metrics = out.metrics or {}
-        if self.kind.metrics is not None and out.status == "ok":
-            metrics = self.kind.metrics.model_validate(metrics).model_dump(mode="json")
-        return ProbeOutput(out.status, out.message, {"metrics": metrics} if metrics else None)
+        metrics, model = out.metrics, self.kind.metrics
+        if model is not None and out.status == "ok" and not isinstance(metrics, model):
+            metrics = model.model_validate(out.metrics_json())
+        return ProbeOutput(out.status, out.message, metrics or None, out.details)

@@ -28,7 +28,7 @@ class CompileLatencyProbe:
         cold_compile(spec, build, None)  # the warm-up: what a process pays once
         samples = [cold_compile(spec, build, counter) for _ in range(plan.compiles)]
         latency = CompileLatency(measure=plan.measure, samples=samples)
-        return ProbeOutput(metrics={"metrics": {"latency": latency.model_dump(mode="json")}})
+        return ProbeOutput(metrics={"latency": latency.model_dump(mode="json")})
 
 
 @register("compile_latency")

@@ -29,7 +29,7 @@ from perfcheck.runner import step as steps
 from perfcheck.runner.break_log import LoggedBreak
 from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
 from perfcheck.runner.locate import innermost_user_frame, to_location
-from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.schema import CompileLatency, CompileMetrics, GraphBreak, Recompile, SourceLocation
 from perfcheck.spec import ProbeSpec
 
@@ -213,7 +213,7 @@ def rejected(err: BaseException, backend: str, tree: Path) -> ProbeOutput:
     return ProbeOutput(
         status="failed",
         message=f"torch.compile fails: {type(err).__name__}: {first}",
-        metrics={"compile": metrics},
+        metrics=metrics,
     )
 
 
@@ -257,103 +257,101 @@ def _guard_text(reason: Any) -> str:
     return re.sub(r"\s{2,}#", "  #", text)
 
 
-class CompileProbe:
-    name = "compile"
+def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> ProbeOutput:
+    # no section of its own: it reads the shared compile: and timing: sections from the spec
+    wl = spec.workload
+    tree = Path(spec.tree)
+    cfg = spec.compile
 
-    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        wl = spec.workload
-        tree = Path(spec.tree)
-        cfg = spec.compile
+    if spec.device == "cpu":
+        # The timing workers run ATen on this many threads, and Inductor's C++ kernels are
+        # generated for the thread count they are compiled under: compiled under another, this
+        # probe's cold compile would fill a cache the timing processes cannot use.
+        torch.set_num_threads(spec.timing.cpu_threads)
+    torch._dynamo.reset()
+    counters.clear()
+    guard_failures.clear()
+    built = build()
+    model = steps.prepare(built.model, wl.train)
+    compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
+    step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
 
-        if spec.device == "cpu":
-            # The timing workers run ATen on this many threads, and Inductor's C++ kernels are
-            # generated for the thread count they are compiled under: compiled under another, this
-            # probe's cold compile would fill a cache the timing processes cannot use.
-            torch.set_num_threads(spec.timing.cpu_threads)
-        torch._dynamo.reset()
-        counters.clear()
-        guard_failures.clear()
-        built = build()
-        model = steps.prepare(built.model, wl.train)
-        compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
-        step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
-
-        with break_log.recording() as logged:
-            start = time.perf_counter()
-            try:
-                step(*built.inputs)
-            except torch._dynamo.exc.TorchDynamoException as err:
-                return rejected(err, cfg.backend, tree)
-            steps.synchronize(spec.device)
-            cold = time.perf_counter() - start
-        breakdown = compile_breakdown()
-        first_frames = compiled_frames()
-        during_first = {(r.function, r.reason) for r in _recompile_reasons(tree)}
-
-        # Same inputs again must hit the cache. A guard that fails on the first repeat may only see
-        # state the first step set up (a buffer that took the batch's shape); one that fails again
-        # on the next repeats fails every step.
-        step(*built.inputs)
-        once = _recompile_counts()
-        for _ in range(2):
+    with break_log.recording() as logged:
+        start = time.perf_counter()
+        try:
             step(*built.inputs)
+        except torch._dynamo.exc.TorchDynamoException as err:
+            return rejected(err, cfg.backend, tree)
         steps.synchronize(spec.device)
-        again = _recompile_counts()
-        recompiles = [
-            r.model_copy(update={"every_step": True})
-            if (r.function, r.reason) not in during_first
-            and again.get((r.function, r.reason), 0) > once.get((r.function, r.reason), 0)
-            else r
-            for r in _recompile_reasons(tree)
-        ]
-        recompile_count = compiled_frames() - first_frames
-        del compiled, step, model, built
+        cold = time.perf_counter() - start
+    breakdown = compile_breakdown()
+    first_frames = compiled_frames()
+    during_first = {(r.function, r.reason) for r in _recompile_reasons(tree)}
 
-        # Another batch size shows shape specialisation: Dynamo's guards, checked without a
-        # backend compile of the graphs they guard.
-        torch._dynamo.reset()
-        guard_failures.clear()
-        other = build()
-        traced = torch.compile(steps.prepare(other.model, wl.train), backend="eager", dynamic=cfg.dynamic)
-        traced_step = steps.make_step(traced, wl.train, wl.amp, spec.device)
-        traced_step(*other.inputs)
-        before_second = compiled_frames()
-        second_batch = _second_batch(traced_step, other)
-        steps.synchronize(spec.device)
-        seen = {(r.function, r.reason) for r in recompiles}
-        recompiles += [r for r in _recompile_reasons(tree) if (r.function, r.reason) not in seen]
-        recompile_count += compiled_frames() - before_second
-        frames = compiled_frame_names(tree)
-        del traced, traced_step, other
+    # Same inputs again must hit the cache. A guard that fails on the first repeat may only see
+    # state the first step set up (a buffer that took the batch's shape); one that fails again
+    # on the next repeats fails every step.
+    step(*built.inputs)
+    once = _recompile_counts()
+    for _ in range(2):
+        step(*built.inputs)
+    steps.synchronize(spec.device)
+    again = _recompile_counts()
+    recompiles = [
+        r.model_copy(update={"every_step": True})
+        if (r.function, r.reason) not in during_first
+        and again.get((r.function, r.reason), 0) > once.get((r.function, r.reason), 0)
+        else r
+        for r in _recompile_reasons(tree)
+    ]
+    recompile_count = compiled_frames() - first_frames
+    del compiled, step, model, built
 
-        torch._dynamo.reset()
-        fresh = build()
-        fresh_model = steps.prepare(fresh.model, wl.train)
-        with (
-            steps.autocast(wl.amp, spec.device),
-            torch.no_grad() if not wl.train else contextlib.nullcontext(),
-        ):
-            explained = torch._dynamo.explain(fresh_model)(*fresh.inputs)
-        torch._dynamo.reset()
+    # Another batch size shows shape specialisation: Dynamo's guards, checked without a
+    # backend compile of the graphs they guard.
+    torch._dynamo.reset()
+    guard_failures.clear()
+    other = build()
+    traced = torch.compile(steps.prepare(other.model, wl.train), backend="eager", dynamic=cfg.dynamic)
+    traced_step = steps.make_step(traced, wl.train, wl.amp, spec.device)
+    traced_step(*other.inputs)
+    before_second = compiled_frames()
+    second_batch = _second_batch(traced_step, other)
+    steps.synchronize(spec.device)
+    seen = {(r.function, r.reason) for r in recompiles}
+    recompiles += [r for r in _recompile_reasons(tree) if (r.function, r.reason) not in seen]
+    recompile_count += compiled_frames() - before_second
+    frames = compiled_frame_names(tree)
+    del traced, traced_step, other
 
-        breaks = graph_breaks_of(explained, tree, logged)
-        latency = _cold_compiles(spec, build) if spec.latency is not None else None
-        metrics = CompileMetrics(
-            backend=cfg.backend,
-            # Dynamo's own counts (explain's): the findings list each break's line once.
-            graph_count=explained.graph_count,
-            graph_break_count=max(explained.graph_break_count, len(breaks)),
-            graph_breaks=breaks,
-            recompile_count=recompile_count,
-            recompiles=recompiles,
-            frames=frames,
-            second_batch=second_batch,
-            cold_compile_s=round(cold, 4),
-            compile_breakdown_s=breakdown,
-            op_count=explained.op_count,
-            latency=latency,
-        )
-        return ProbeOutput(metrics={"compile": metrics})
+    torch._dynamo.reset()
+    fresh = build()
+    fresh_model = steps.prepare(fresh.model, wl.train)
+    with (
+        steps.autocast(wl.amp, spec.device),
+        torch.no_grad() if not wl.train else contextlib.nullcontext(),
+    ):
+        explained = torch._dynamo.explain(fresh_model)(*fresh.inputs)
+    torch._dynamo.reset()
+
+    breaks = graph_breaks_of(explained, tree, logged)
+    latency = _cold_compiles(spec, build) if spec.latency is not None else None
+    metrics = CompileMetrics(
+        backend=cfg.backend,
+        # Dynamo's own counts (explain's): the findings list each break's line once.
+        graph_count=explained.graph_count,
+        graph_break_count=max(explained.graph_break_count, len(breaks)),
+        graph_breaks=breaks,
+        recompile_count=recompile_count,
+        recompiles=recompiles,
+        frames=frames,
+        second_batch=second_batch,
+        cold_compile_s=round(cold, 4),
+        compile_breakdown_s=breakdown,
+        op_count=explained.op_count,
+        latency=latency,
+    )
+    return ProbeOutput(metrics=metrics)
 
 
 def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLatency:
@@ -366,8 +364,3 @@ def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLat
     cold_compile(spec, build, None)  # also starts Inductor's compile workers where it uses them
     samples = [cold_compile(spec, build, None) for _ in range(spec.latency.compiles)]
     return CompileLatency(measure="wall", samples=samples)
-
-
-@register("compile")
-def _factory() -> CompileProbe:
-    return CompileProbe()

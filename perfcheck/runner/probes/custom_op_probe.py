@@ -18,11 +18,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
-from perfcheck.core.probes.custom_ops import is_custom
+from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, CustomOpsSettings, is_custom
 from perfcheck.runner import step as steps
 from perfcheck.runner.locate import to_location
-from perfcheck.runner.probes.base import ProbeOutput, Workload, register
-from perfcheck.schema import CustomOpCheck, CustomOpMetrics, SourceLocation
+from perfcheck.runner.probes.base import ProbeOutput, Workload
+from perfcheck.schema import SourceLocation
 from perfcheck.spec import ProbeSpec
 
 MESSAGE_LIMIT = 2000
@@ -128,39 +128,31 @@ def registered_ops(namespaces: list[str]) -> list[str]:
     )
 
 
-class CustomOpProbe:
-    name = "custom_ops"
+def run(spec: ProbeSpec, build: Callable[[], Workload], settings: CustomOpsSettings) -> ProbeOutput:
+    wl = spec.workload
+    configured = settings.namespaces
+    built = build()
+    model = steps.prepare(built.model, wl.train)
+    step = steps.make_step(model, wl.train, wl.amp, spec.device)
+    recorder = _FirstCalls(lambda ns: is_custom(ns, configured), keep_grad=wl.train)
+    details: dict[str, Any] = {}
+    try:
+        with recorder:
+            step(*built.inputs)
+        steps.synchronize(spec.device)
+    except Exception as err:
+        # A custom op's own bug (no autograd formula, a bad kernel) often stops the step; the
+        # calls recorded before it are what opcheck needs to say which registration is wrong.
+        if not recorder.calls:
+            raise
+        details["step_error"] = describe(err)
 
-    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        wl = spec.workload
-        configured = spec.custom_ops.namespaces
-        built = build()
-        model = steps.prepare(built.model, wl.train)
-        step = steps.make_step(model, wl.train, wl.amp, spec.device)
-        recorder = _FirstCalls(lambda ns: is_custom(ns, configured), keep_grad=wl.train)
-        details: dict[str, Any] = {}
-        try:
-            with recorder:
-                step(*built.inputs)
-            steps.synchronize(spec.device)
-        except Exception as err:
-            # A custom op's own bug (no autograd formula, a bad kernel) often stops the step; the
-            # calls recorded before it are what opcheck needs to say which registration is wrong.
-            if not recorder.calls:
-                raise
-            details["step_error"] = describe(err)
-
-        calls = sorted(recorder.calls.items(), key=lambda kv: str(kv[0]))
-        checks = [opcheck(op, call, Path(spec.tree)) for op, call in calls]
-        if configured:
-            called = {op._schema.name for op in recorder.calls}
-            # opcheck needs real arguments; an op the workload never calls has none to offer.
-            unexercised = [name for name in registered_ops(configured) if name not in called]
-            if unexercised:
-                details["not_exercised"] = unexercised
-        return ProbeOutput(metrics={"custom_ops": CustomOpMetrics(ops=checks), "details": details})
-
-
-@register("custom_ops")
-def _factory() -> CustomOpProbe:
-    return CustomOpProbe()
+    calls = sorted(recorder.calls.items(), key=lambda kv: str(kv[0]))
+    checks = [opcheck(op, call, Path(spec.tree)) for op, call in calls]
+    if configured:
+        called = {op._schema.name for op in recorder.calls}
+        # opcheck needs real arguments; an op the workload never calls has none to offer.
+        unexercised = [name for name in registered_ops(configured) if name not in called]
+        if unexercised:
+            details["not_exercised"] = unexercised
+    return ProbeOutput(metrics=CustomOpMetrics(ops=checks), details=details)

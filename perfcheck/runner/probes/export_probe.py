@@ -16,10 +16,10 @@ from typing import Any
 import torch
 import torch.fx
 
+from perfcheck.core.probes.export import ExportMetrics, ExportSettings
 from perfcheck.runner import step as steps
 from perfcheck.runner.locate import exception_location
-from perfcheck.runner.probes.base import ProbeOutput, Workload, register
-from perfcheck.schema import ExportMetrics
+from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.spec import ProbeSpec
 
 
@@ -107,41 +107,31 @@ def _error_kind(err: BaseException) -> str | None:
     return None
 
 
-class ExportProbe:
-    name = "export"
-
-    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        built = build()
-        model = steps.prepare(built.model, spec.workload.train)
-        try:
-            ep = torch.export.export(model, built.inputs, strict=spec.export.strict)
-            if spec.export.decompose:
-                ep = ep.run_decompositions()
-        except Exception as err:  # export errors come in many types; each is a finding, not a crash
-            message = str(err).strip()
-            return ProbeOutput(
-                status="failed",
-                message=f"{type(err).__name__}: {message.splitlines()[0] if message else ''}",
-                metrics={
-                    "export": ExportMetrics(
-                        error_type=type(err).__name__,
-                        error_kind=_error_kind(err),
-                        error_message=message[:4000],
-                        error_location=exception_location(err, Path(spec.tree)),
-                    )
-                },
-            )
-        text = canonical_graph(ep)
-        ops = op_counts(ep)
-        metrics = ExportMetrics(
-            graph_sha256=hashlib.sha256(text.encode()).hexdigest(),
-            graph_text=text,
-            op_counts=ops,
-            denied_ops=denied(ops, spec.export.allow_ops, spec.export.deny_ops),
+def run(spec: ProbeSpec, build: Callable[[], Workload], settings: ExportSettings) -> ProbeOutput:
+    built = build()
+    model = steps.prepare(built.model, spec.workload.train)
+    try:
+        ep = torch.export.export(model, built.inputs, strict=settings.strict)
+        if settings.decompose:
+            ep = ep.run_decompositions()
+    except Exception as err:  # export errors come in many types; each is a finding, not a crash
+        message = str(err).strip()
+        return ProbeOutput(
+            status="failed",
+            message=f"{type(err).__name__}: {message.splitlines()[0] if message else ''}",
+            metrics=ExportMetrics(
+                error_type=type(err).__name__,
+                error_kind=_error_kind(err),
+                error_message=message[:4000],
+                error_location=exception_location(err, Path(spec.tree)),
+            ),
         )
-        return ProbeOutput(metrics={"export": metrics})
-
-
-@register("export")
-def _factory() -> ExportProbe:
-    return ExportProbe()
+    text = canonical_graph(ep)
+    ops = op_counts(ep)
+    metrics = ExportMetrics(
+        graph_sha256=hashlib.sha256(text.encode()).hexdigest(),
+        graph_text=text,
+        op_counts=ops,
+        denied_ops=denied(ops, settings.allow_ops, settings.deny_ops),
+    )
+    return ProbeOutput(metrics=metrics)

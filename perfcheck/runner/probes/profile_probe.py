@@ -21,11 +21,10 @@ import torch
 import torch._dynamo
 from torch.profiler import ProfilerActivity
 
-from perfcheck.core.probes.profile import LISTED_LIMIT
+from perfcheck.core.probes.profile import LISTED_LIMIT, KernelStat, ProfileSettings, TraceMetrics
 from perfcheck.core.trace.summary import OpTotal, TraceSummary, summarize
 from perfcheck.runner import step as steps
-from perfcheck.runner.probes.base import ProbeOutput, Workload, register
-from perfcheck.schema import KernelStat, TraceMetrics
+from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.spec import ProbeSpec, side_files
 
 WARMUP_STEPS = 3
@@ -86,44 +85,36 @@ def _export(path: Path) -> Callable[[Any], None]:
     return ready
 
 
-class ProfileProbe:
-    name = "profile"
-
-    def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput:
-        wl, cfg = spec.workload, spec.profile
-        torch._dynamo.reset()
-        built = build()
-        model = steps.prepare(built.model, wl.train)
-        optimizer = steps.frozen_optimizer(model) if wl.train else None
-        target = (
-            torch.compile(
-                model, backend=spec.compile.backend, mode=spec.compile.mode, dynamic=spec.compile.dynamic
-            )
-            if spec.timing.compiled
-            else model
+def run(spec: ProbeSpec, build: Callable[[], Workload], settings: ProfileSettings) -> ProbeOutput:
+    wl, cfg = spec.workload, settings
+    torch._dynamo.reset()
+    built = build()
+    model = steps.prepare(built.model, wl.train)
+    optimizer = steps.frozen_optimizer(model) if wl.train else None
+    target = (
+        torch.compile(
+            model, backend=spec.compile.backend, mode=spec.compile.mode, dynamic=spec.compile.dynamic
         )
-        step = steps.make_step(target, wl.train, wl.amp, spec.device, optimizer)
-        for _ in range(WARMUP_STEPS):
+        if spec.timing.compiled
+        else model
+    )
+    step = steps.make_step(target, wl.train, wl.amp, spec.device, optimizer)
+    for _ in range(WARMUP_STEPS):
+        step(*built.inputs)
+    steps.synchronize(spec.device)
+
+    path, recorded = trace_location(spec)
+    activities = [ProfilerActivity.CPU]
+    if spec.device == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    active = cfg.steps + 1
+    schedule = torch.profiler.schedule(wait=0, warmup=1, active=active, repeat=1)
+    with torch.profiler.profile(
+        activities=activities, schedule=schedule, on_trace_ready=_export(path)
+    ) as prof:
+        for i in range(1 + active):
             step(*built.inputs)
-        steps.synchronize(spec.device)
-
-        path, recorded = trace_location(spec)
-        activities = [ProfilerActivity.CPU]
-        if spec.device == "cuda":
-            activities.append(ProfilerActivity.CUDA)
-        active = cfg.steps + 1
-        schedule = torch.profiler.schedule(wait=0, warmup=1, active=active, repeat=1)
-        with torch.profiler.profile(
-            activities=activities, schedule=schedule, on_trace_ready=_export(path)
-        ) as prof:
-            for i in range(1 + active):
-                step(*built.inputs)
-                if i == active:
-                    steps.synchronize(spec.device)
-                prof.step()
-        return ProbeOutput(metrics={"trace": metrics(summarize(path), cfg.steps, recorded)})
-
-
-@register("profile")
-def _factory() -> ProfileProbe:
-    return ProfileProbe()
+            if i == active:
+                steps.synchronize(spec.device)
+            prof.step()
+    return ProbeOutput(metrics=metrics(summarize(path), cfg.steps, recorded))
