@@ -161,8 +161,11 @@ def test_the_workload_with_the_cheapest_samples_is_timed_last_the_others_in_orde
         "resnet50", "vit", "llama", "mlp"
     ]  # fmt: skip
     assert lightest_last(["resnet50", "vit", "llama"], cost.__getitem__) == ["resnet50", "vit", "llama"]
-    # Ties (no samples made in the timing pairs at all) keep the plan's order.
+    # Ties (no samples made in the timing pairs at all) and costs within noise of each other (two
+    # copies of one model whose first compiles differ by the machine's load) keep the plan's order.
     assert lightest_last(["a", "b", "c"], lambda _: 0.0) == ["a", "b", "c"]
+    near = {"net": 3.1, "twin": 3.6}
+    assert lightest_last(["net", "twin"], near.__getitem__) == ["net", "twin"]
     assert lightest_last(["a"], lambda _: 1.0) == ["a"]
 
 
@@ -322,10 +325,13 @@ def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_se
     assert "base ⇄ head · net, twin · compile latency" not in steps
     assert steps["base ⇄ head · net · compile latency"].spent_s
     assert steps["base ⇄ head · twin · compile latency"].spent_s
-    # net's samples were made inside twin's timing step, beside its set-up; none in net's own.
-    assert "waiting beside" in steps["base ⇄ head · twin · timing"].parts_s
-    assert "waiting beside" not in steps["base ⇄ head · net · timing"].parts_s
-    assert steps["base ⇄ head · net · timing"].parts_s.get("compile latency", 0.0) == 0
+    # The first timed workload's samples were made inside the second's timing step, beside its
+    # set-up; none in its own. (Which goes first is the plan's order unless one's samples are
+    # expected to cost clearly less: two copies of one model keep it, or swap on a loaded machine.)
+    first, second = (s.step for c in result.costs for s in c.steps if s.step.endswith("· timing"))
+    assert "waiting beside" in steps[second].parts_s
+    assert "waiting beside" not in steps[first].parts_s
+    assert steps[first].parts_s.get("compile latency", 0.0) == 0
 
 
 def test_the_first_timed_workloads_workers_set_up_while_the_last_per_side_probes_run(
