@@ -132,10 +132,7 @@ class ProbeKind:
 
     def settings_of(self, config: Config) -> BaseModel | None:
         """The probe's config section (its defaults when the config has none)."""
-        if self.settings is None:
-            return None
-        section = config.probe_settings.get(self.name)
-        return section if section is not None else self.settings()
+        return config.section(self.settings) if self.settings is not None else None
 
 
 def rejected_finding(
