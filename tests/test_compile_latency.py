@@ -317,7 +317,10 @@ def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_se
         TWO_WORKLOADS,
         probes=("compile", "timing"),
     )
-    assert not result.findings  # (a tiny model timed on a shared CPU may end inconclusive: not the point)
+    # Told of five pairs' cores on what may be two, the samples run oversubscribed beside the next
+    # workload's set-up: their wall-clock verdict (a warning, even) is not the point, the order is.
+    # Nothing crashed or timed out, and every workload has its samples.
+    assert not [f for f in result.findings if f.category != "compile_latency_regression"], result.findings
     for workload in result.workloads:
         change = workload.compile_latency
         assert change is not None and change.measure == "wall" and change.pairs == 2, workload.name
