@@ -5,6 +5,8 @@ the torch-free review core (perfcheck/core/) imports neither torch nor the GitHu
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -82,3 +84,34 @@ def test_every_module_has_one_path() -> None:
     for name in ("bot", "runner", "templates"):
         assert (package / name).is_dir() and not (package / name).is_symlink(), name
         assert not list((ROOT / name).rglob("*.py")), name
+
+
+def test_every_torch_free_module_imports_on_its_own() -> None:
+    # A tool, a plugin or a test may import any module first: no import cycle may depend on which
+    # module the process happened to import before. Each child is forked from an interpreter that
+    # has imported nothing of perfcheck, so it imports its module as a fresh process would.
+    package = ROOT / "perfcheck"
+    modules = sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in package.rglob("*.py")
+        if "runner" not in p.relative_to(package).parts and p.name != "__main__.py"
+    )
+    script = (
+        "import importlib, os, sys, traceback\n"
+        "failed = []\n"
+        "for name in sys.argv[1:]:\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        try:\n"
+        "            importlib.import_module(name)\n"
+        "        except BaseException:\n"
+        "            print(name, traceback.format_exc().splitlines()[-1], flush=True)\n"
+        "            os._exit(1)\n"
+        "        os._exit(0)\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, *modules], capture_output=True, text=True, cwd=ROOT, timeout=600
+    )
+    assert len(modules) > 50
+    assert done.returncode == 0 and done.stdout == "", done.stdout + done.stderr

@@ -23,7 +23,6 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.config import MatrixEntry, whole_phrases
-from perfcheck.core.probes.profile import TraceMetrics
 from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories, probe_metrics
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
@@ -411,6 +410,10 @@ def _fill(command: str, finding: Finding, where: Where, latency: bool = False) -
 
 def where_of(review: Review) -> Where:
     """The review's own trees, output folder and written traces."""
+    # Here, not at the top: the probes' registry validates its entries with this module, so an
+    # import of a probe's descriptor at load would make importing this module first a cycle.
+    from perfcheck.core.probes.profile import TraceMetrics
+
     traces = {}
     for wl in review.workloads:
         b = next((t for r in wl.base if (t := probe_metrics(r, TraceMetrics))), None)
