@@ -108,6 +108,9 @@ def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: 
     assert rendered.stdout.strip() == comment.strip()
     html = _perfcheck("html", str(out / "result.json"), "--config", config, cwd=tmp_path)
     assert html.returncode == 0 and "Parameter count grew" in html.stdout, html.stderr
+    # its column in the overview, beside no built-in probe's (none of them ran)
+    assert "<th>workload</th><th>parameters</th><th>findings</th>" in html.stdout
+    assert '<td class="num">676 → 1,012</td>' in html.stdout
     unknown = _perfcheck("render", str(out / "result.json"), cwd=tmp_path)
     assert unknown.returncode == 2 and "toy_parameters_grew" in unknown.stderr
     assert "plugins:" in unknown.stderr and "Traceback" not in unknown.stderr
@@ -150,12 +153,15 @@ def test_a_probe_in_the_built_in_shape_is_its_own_files_and_one_registry_line(tm
         trees[side] = write_tree(tmp_path / side, files)
     path = os.pathsep.join([str(TESTS), *(str(t / "registry") for t in trees.values())])
     out = tmp_path / "out"
+    job = tmp_path / "step-summary.md"  # the Actions job summary, as a runner's step writes it
     done = _perfcheck(
         "review", "--base", str(trees["base"]), "--head", str(trees["head"]), "--probes", "toy",
-        "--out", str(out), cwd=tmp_path, PYTHONPATH=path,
+        "--out", str(out), cwd=tmp_path, PYTHONPATH=path, GITHUB_STEP_SUMMARY=str(job),
     )  # fmt: skip
     # no `plugins:`: the config's toy: section is a built-in probe's, read by its settings model
     assert done.returncode == 1, done.stderr
+    summary = job.read_text()
+    assert "| parameters (toy) | 676 | 1,012 | +336 |" in summary and "Parameter count grew" in summary
     result = json.loads((out / "result.json").read_text())
     (wl,) = result["workloads"]
     assert [r["metrics"] for r in wl["head"]] == [{"parameters": 1012, "tensors": 4}]
@@ -165,6 +171,8 @@ def test_a_probe_in_the_built_in_shape_is_its_own_files_and_one_registry_line(tm
     # read back with no config naming it, as result.json of a built-in probe is
     rendered = _perfcheck("render", str(out / "result.json"), cwd=tmp_path, PYTHONPATH=path)
     assert rendered.returncode == 0 and rendered.stdout.strip() == comment.strip(), rendered.stderr
+    html = _perfcheck("html", str(out / "result.json"), cwd=tmp_path, PYTHONPATH=path)
+    assert html.returncode == 0 and '<td class="num">676 → 1,012</td>' in html.stdout, html.stderr
     schema = json.loads(_perfcheck("schema", "result", cwd=tmp_path, PYTHONPATH=path).stdout)
     said = [
         c["then"]
@@ -180,6 +188,37 @@ def test_a_probe_in_the_built_in_shape_is_its_own_files_and_one_registry_line(tm
     )  # fmt: skip
     assert refused.returncode == 2
     assert "toy.max_grwth_pct: unknown key (did you mean `max_growth_pct`?)" in refused.stderr
+
+
+def test_a_probe_in_the_built_in_shape_is_bisected_to_the_commit_that_raised_its_finding(
+    tmp_path: Path,
+) -> None:
+    """`perfcheck bisect` reads what the probe's category is (structural: exact at any commit) from
+    its descriptor, runs that probe alone at the commits between, and names the widening commit."""
+    from conftest import git, git_commit
+
+    from perfcheck.bisect_schema import BisectDoc
+
+    registry = write_tree(tmp_path / "registry", {"sitecustomize.py": REGISTRY_LINE})
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git(repo, "init", "-q", "-b", "main")
+    config = BUILT_IN_CONFIG.format(limit=10)
+    good = git_commit(repo, "a small net", {"model.py": MODEL.format(width=32), "perfcheck.yml": config})
+    git_commit(repo, "docs", {"README.md": "python model.py\n"})
+    wide = git_commit(repo, "widen the hidden layer", {"model.py": MODEL.format(width=48)})
+    git_commit(repo, "docs: more", {"README.md": "python model.py --help\n"})
+    out = tmp_path / "out"
+    done = _perfcheck(
+        "bisect", "--repo", str(repo), "--good", good, "--bad", "main", "--probes", "toy", "--out", str(out),
+        cwd=tmp_path, PYTHONPATH=os.pathsep.join([str(TESTS), str(registry)]),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    doc = BisectDoc.model_validate_json((out / "bisect.json").read_text())
+    [found] = doc.findings
+    assert found.category == "toy_parameters_grew"
+    assert found.first_bad is not None and found.first_bad.sha == wide
+    assert "widen the hidden layer" in (out / "bisect.md").read_text()
 
 
 @pytest.fixture

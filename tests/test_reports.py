@@ -57,6 +57,35 @@ def test_demo_renders_match_golden(name: str) -> None:
     assert rendered == golden.read_text()
 
 
+def test_the_overview_has_the_columns_of_the_probes_that_ran_and_old_templates_read_them_by_name(
+    tmp_path: Path,
+) -> None:
+    review = demo()
+    # Without its export results the review's overview has no export column ...
+    wl = review.workloads[0]
+    no_export = wl.model_copy(
+        update={
+            "base": [r for r in wl.base if r.probe != "export"],
+            "head": [r for r in wl.head if r.probe != "export"],
+        }
+    )
+    trimmed = review.model_copy(update={"workloads": [no_export]})
+    summary = render_check_summary(trimmed)
+    assert "| workload | step time | Δ (95 % CI) | graphs / breaks | recompiles | findings |" in summary
+    # ... and a project's template written for the fixed columns of earlier versions still renders,
+    # the missing probe's cell as "—".
+    (tmp_path / "check-summary.md.j2").write_text(
+        "{% for wl in workloads %}{% set s = wl.summary %}"
+        "{{ s.workload }}: {{ s.step }} / {{ s.delta }} / {{ s.graphs }} / "
+        "{{ s.recompiles }} / {{ s.export }}"
+        "{% endfor %}"
+    )
+    assert render_check_summary(trimmed, tmp_path) == (
+        "classifier: 0.573 ms → 0.796 ms / +38.8 % (+29.5 … +48.8) / 1/0 → 2/1 / 1 → 2 / —"
+    )
+    assert render_check_summary(review, tmp_path).endswith("/ 1 → 2 / changed")
+
+
 def test_check_summary_has_one_row_per_workload_and_a_line_per_finding() -> None:
     review = demo()
     rendered = render_check_summary(review)

@@ -12,21 +12,11 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfcheck.core import charts, markdown
+from perfcheck.core import charts, markdown, probes
 from perfcheck.core.matrix import Entry
-from perfcheck.core.probes.export import ExportMetrics
-from perfcheck.core.probes.timing import delta_cell
+from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.core.render import review_context, template_env, templates_dir
-from perfcheck.core.timing_gate import headline_metric, side_figure, throughput_figures
-from perfcheck.schema import (
-    CompileMetrics,
-    Finding,
-    ProbeResult,
-    Review,
-    TimingMetrics,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
 
 CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
 JOB_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit on one step's job summary
@@ -35,15 +25,26 @@ _POINTER = "Cut to fit GitHub's limit; the full review is in `result.json` and t
 
 @dataclass(frozen=True)
 class SummaryRow:
-    """One workload on one line of the check summary's table."""
+    """One workload on one line of the overview table (the check summary, the HTML report): the
+    cells of each probe's columns (``columns``), in their order, and its findings counted.
+
+    A cell is also read by its column's key (``s.step``, ``s.graphs``): a project's own template
+    written for the fixed columns of earlier versions keeps working, and a column whose probe ran
+    in no workload reads "—"."""
 
     workload: str
-    step: str
-    delta: str
-    graphs: str
-    recompiles: str
-    export: str
+    cells: tuple[str, ...]
+    keys: tuple[str, ...]
     findings: str
+
+    def __getattr__(self, key: str) -> str:
+        if key.startswith("_") or key in ("cells", "keys"):  # not set yet: copying, unpickling
+            raise AttributeError(key)
+        if key in self.keys:
+            return self.cells[self.keys.index(key)]
+        if any(c.key == key for kind in probes.kinds() for c in kind.columns):
+            return "—"
+        raise AttributeError(key)
 
 
 def _where(f: Finding) -> str:
@@ -56,54 +57,25 @@ def _probe(results: list[ProbeResult], name: str) -> ProbeResult | None:
     return next((r for r in results if r.probe == name), None)
 
 
-def _pair(base: str | None, head: str | None) -> str:
-    if base is None and head is None:
-        return "—"
-    if base == head:
-        return f"{base} (=)"
-    return f"{base or '—'} → {head or '—'}"
-
-
-def _status_or(r: ProbeResult | None, value: str | None) -> str | None:
-    if r is None:
-        return None
-    return value if r.status == "ok" and value is not None else r.status
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 or word == "acknowledged" else f"{n} {word}s"
 
 
-def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
-    bt, ht = _probe(wl.base, "timing"), _probe(wl.head, "timing")
+def overview_kinds(review: Review) -> list[ProbeKind]:
+    """The probes with overview columns that ran (on either side) in any workload, in the
+    registry's order."""
+    ran = {r.probe for wl in review.workloads for r in [*wl.base, *wl.head]}
+    return [k for k in probes.kinds() if k.columns and k.overview is not None and k.name in ran]
 
-    figures = throughput_figures(probe_metrics(bt, TimingMetrics), probe_metrics(ht, TimingMetrics))
-    metric = figures[0] if figures else "step_ms"
 
-    def step(r: ProbeResult | None) -> str | None:
-        value = side_figure(probe_metrics(r, TimingMetrics), metric)
-        return _status_or(r, f"{value:.3f} ms" if value is not None else None)
-
-    headline = headline_metric(wl.timing) if wl.timing else None
-    delta = delta_cell(headline) if headline is not None else "—"
-    bc, hc = _probe(wl.base, "compile"), _probe(wl.head, "compile")
-
-    def graphs(r: ProbeResult | None) -> str | None:
-        m = probe_metrics(r, CompileMetrics)
-        return _status_or(r, f"{m.graph_count}/{m.graph_break_count}" if m else None)
-
-    def recompiles(r: ProbeResult | None) -> str | None:
-        m = probe_metrics(r, CompileMetrics)
-        return _status_or(r, str(m.recompile_count) if m else None)
-
-    be, he = _probe(wl.base, "export"), _probe(wl.head, "export")
-
-    def ir(r: ProbeResult | None) -> str | None:
-        x = probe_metrics(r, ExportMetrics)
-        return _status_or(r, x.graph_sha256[:10] if x and x.graph_sha256 else None)
-
-    base_ir, head_ir = ir(be), ir(he)
-    export = "—" if base_ir is None and head_ir is None else ("=" if base_ir == head_ir else "changed")
+def summary_row(wl: WorkloadReview, findings: list[Finding], kinds: list[ProbeKind]) -> SummaryRow:
+    cells: list[str] = []
+    keys: list[str] = []
+    for kind in kinds:
+        assert kind.overview is not None
+        given = kind.overview(_probe(wl.base, kind.name), _probe(wl.head, kind.name), wl)
+        cells += [given.get(c.key, "—") for c in kind.columns]
+        keys += [c.key for c in kind.columns]
     mine = [f for f in findings if f.workload == wl.name]
     # Acknowledged findings no longer fail the check, so they are counted apart.
     # The comment's word for an error-severity finding, so the report and the comment count alike.
@@ -112,11 +84,8 @@ def summary_row(wl: WorkloadReview, findings: list[Finding]) -> SummaryRow:
     counts.append((sum(f.ack is not None for f in mine), "acknowledged"))
     return SummaryRow(
         workload=wl.name,
-        step=_pair(step(bt), step(ht)),
-        delta=delta,
-        graphs=_pair(graphs(bc), graphs(hc)),
-        recompiles=_pair(recompiles(bc), recompiles(hc)),
-        export=export,
+        cells=tuple(cells),
+        keys=tuple(keys),
         findings=", ".join(_plural(n, s) for n, s in counts if n) or "none",
     )
 
@@ -126,8 +95,10 @@ def _context(review: Review, matrix: dict[str, Entry] | None) -> dict[str, Any]:
     context = review_context(review, matrix)
     for item in context["findings"]:
         item["where"] = _where(item["f"])
+    kinds = overview_kinds(review)
+    context["columns"] = [c for kind in kinds for c in kind.columns]
     for row, wl in zip(context["workloads"], review.workloads, strict=True):
-        row["summary"] = summary_row(wl, review.findings)
+        row["summary"] = summary_row(wl, review.findings, kinds)
     return context
 
 

@@ -7,7 +7,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
+from perfcheck.core.probes.kind import (
+    Column,
+    Compared,
+    ProbeKind,
+    Row,
+    settled,
+    side_pair,
+    status_cell,
+    status_or,
+)
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 
 
@@ -64,6 +73,12 @@ def rows(base: ProbeResult | None, head: ProbeResult | None, wl: WorkloadReview)
     return settled([row], base, head)  # a side that did not finish: its status, never a figure
 
 
+def overview(base: ProbeResult | None, head: ProbeResult | None, wl: WorkloadReview) -> dict[str, str]:
+    b, h = _metrics(base), _metrics(head)
+    counts = (status_or(r, f"{m.parameters:,}" if m else None) for r, m in ((base, b), (head, h)))
+    return {"parameters": side_pair(*counts)}
+
+
 PROBE = ProbeKind(
     name="toy",
     summary="counts the workload's parameters",
@@ -72,6 +87,8 @@ PROBE = ProbeKind(
     settings=ToySettings,
     metrics=ToyMetrics,
     run="toyplugin.run:run",
+    columns=(Column("parameters", "parameters", numeric=True),),
+    overview=overview,
     categories={
         "toy_parameters_grew": {
             "title": "Parameter count grew",

@@ -11,13 +11,16 @@ from perfcheck.core import compile_latency, deltas
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import (
     Cell,
+    Column,
     Compared,
     ProbeKind,
     Row,
     entries_beside,
     rejected_finding,
     settled,
+    side_pair,
     status_cell,
+    status_or,
 )
 from perfcheck.schema import (
     CompileLatencyChange,
@@ -496,6 +499,23 @@ def _latency_rows(
     return rows
 
 
+def overview(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> dict[str, str]:
+    """Graphs / breaks (``torch._dynamo.explain``'s counts) and recompiles on each side."""
+
+    def graphs(r: ProbeResult | None) -> str | None:
+        m = probe_metrics(r, CompileMetrics)
+        return status_or(r, f"{m.graph_count}/{m.graph_break_count}" if m else None)
+
+    def recompiles(r: ProbeResult | None) -> str | None:
+        m = probe_metrics(r, CompileMetrics)
+        return status_or(r, str(m.recompile_count) if m else None)
+
+    return {
+        "graphs": side_pair(graphs(bc), graphs(hc)),
+        "recompiles": side_pair(recompiles(bc), recompiles(hc)),
+    }
+
+
 PROBE = ProbeKind(
     name="compile",
     summary="graphs, graph breaks with their source lines, recompiles, cold compile",
@@ -506,4 +526,6 @@ PROBE = ProbeKind(
     metrics=CompileMetrics,
     run="perfcheck.runner.probes.compile_probe:run",
     categories=entries_beside(__file__),  # compile.yml: its own categories' entries
+    columns=(Column("graphs", "graphs / breaks"), Column("recompiles", "recompiles")),
+    overview=overview,
 )

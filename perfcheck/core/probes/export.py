@@ -8,7 +8,16 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, rejected_finding, settled
+from perfcheck.core.probes.kind import (
+    Column,
+    Compared,
+    ProbeKind,
+    Row,
+    entries_beside,
+    rejected_finding,
+    settled,
+    status_or,
+)
 from perfcheck.schema import Finding, ProbeResult, SourceLocation, Strict, WorkloadReview, probe_metrics
 
 MAX_DIFF_LINES = 120
@@ -185,6 +194,18 @@ def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(rows, be, he)
 
 
+def overview(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> dict[str, str]:
+    """Whether the canonical graph's hash is the same ("=") or "changed" (a side's status where it
+    did not finish; "—" where export ran on neither side)."""
+
+    def ir(r: ProbeResult | None) -> str | None:
+        x = probe_metrics(r, ExportMetrics)
+        return status_or(r, x.graph_sha256[:10] if x and x.graph_sha256 else None)
+
+    b, h = ir(be), ir(he)
+    return {"export": "—" if b is None and h is None else ("=" if b == h else "changed")}
+
+
 PROBE = ProbeKind(
     name="export",
     summary="the canonical torch.export graph: hash, op multiset, allow/deny lists, failures",
@@ -196,4 +217,6 @@ PROBE = ProbeKind(
     metrics=ExportMetrics,
     run="perfcheck.runner.probes.export_probe:run",
     categories=entries_beside(__file__),  # export.yml: its own categories' entries
+    columns=(Column("export", "export IR"),),
+    overview=overview,
 )

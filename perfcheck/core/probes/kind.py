@@ -73,6 +73,39 @@ Compare = Callable[[str, ProbeResult, ProbeResult, "Config"], Compared]
 Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
 
 
+@dataclass(frozen=True)
+class Column:
+    """A probe's column in the reviews' one-line-per-workload overview (the check run's summary,
+    the HTML report): ``header`` heads it; ``key`` names its cell in a template's context
+    (``wl.summary.step``), so that a project's own template can pick a cell by name."""
+
+    key: str
+    header: str
+    numeric: bool = False  # a figure: right-aligned where the report aligns
+
+
+# A probe's cells of one workload's overview line, by its columns' keys: plain text (each report
+# escapes what it shows). Either result may be None (the probe did not run on that side).
+Overview = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], Mapping[str, str]]
+
+
+def side_pair(base: str | None, head: str | None) -> str:
+    """An overview cell for a figure on each side: ``a → b``, ``a (=)`` where they agree, "—"
+    where neither has one."""
+    if base is None and head is None:
+        return "—"
+    if base == head:
+        return f"{base} (=)"
+    return f"{base or '—'} → {head or '—'}"
+
+
+def status_or(r: ProbeResult | None, value: str | None) -> str | None:
+    """``value`` where the probe finished, else its status ("crashed"); None where it did not run."""
+    if r is None:
+        return None
+    return value if r.status == "ok" and value is not None else r.status
+
+
 def entries_beside(descriptor: str) -> dict[str, Any]:
     """A probe's own categories with their matrix entries, from the YAML file beside its descriptor
     module (perfcheck/core/probes/compile.py: compile.yml), as ``ProbeKind.categories`` takes them; they are
@@ -112,6 +145,10 @@ class ProbeKind:
     # Its own root-cause entries for some of those: partial matrix entries (symptom, causes,
     # verify, docs, rules) that replace the category's for this probe's findings.
     entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # Its columns in the overview of every workload (the check summary, the HTML report) and the
+    # function that fills them; none: the probe shows in each workload's own table only.
+    columns: tuple[Column, ...] = ()
+    overview: Overview | None = None
 
     def raised(self) -> tuple[str, ...]:
         """Every category a finding of this probe can have: what it raises, its own categories and

@@ -9,9 +9,28 @@ from statistics import median
 from perfcheck.config import Config
 from perfcheck.core import deltas
 from perfcheck.core.markdown import Figure, count
-from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.core.probes.kind import (
+    Cell,
+    Column,
+    Compared,
+    ProbeKind,
+    Row,
+    entries_beside,
+    settled,
+    side_pair,
+    status_cell,
+    status_or,
+)
 from perfcheck.core.stats import worth_warning
-from perfcheck.core.timing_gate import METRIC_LABELS, decide, metric, peak_memory, side_figure
+from perfcheck.core.timing_gate import (
+    METRIC_LABELS,
+    decide,
+    headline_metric,
+    metric,
+    peak_memory,
+    side_figure,
+    throughput_figures,
+)
 from perfcheck.schema import (
     DeviceStep,
     Environment,
@@ -342,6 +361,20 @@ def rows(bt: ProbeResult | None, ht: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(_timing_rows(bt, ht, wl.timing), bt, ht)
 
 
+def overview(bt: ProbeResult | None, ht: ProbeResult | None, wl: WorkloadReview) -> dict[str, str]:
+    """The step time on each side (the headline throughput figure) and the gate's Δ with its interval."""
+    b, h = probe_metrics(bt, TimingMetrics), probe_metrics(ht, TimingMetrics)
+    figures = throughput_figures(b, h)
+    name = figures[0] if figures else "step_ms"
+
+    def step(r: ProbeResult | None, t: TimingMetrics | None) -> str | None:
+        value = side_figure(t, name)
+        return status_or(r, f"{value:.3f} ms" if value is not None else None)
+
+    headline = headline_metric(wl.timing) if wl.timing else None
+    return {"step": side_pair(step(bt, b), step(ht, h)), "delta": delta_cell(headline) if headline else "—"}
+
+
 PROBE = ProbeKind(
     name="timing",
     summary="step time over pairs of worker processes; on GPUs device time, host issue, kernels per step",
@@ -351,4 +384,6 @@ PROBE = ProbeKind(
     rows=rows,
     metrics=TimingMetrics,
     categories=entries_beside(__file__),  # timing.yml: its own categories' entries
+    columns=(Column("step", "step time", numeric=True), Column("delta", "Δ (95 % CI)", numeric=True)),
+    overview=overview,
 )
