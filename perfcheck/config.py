@@ -303,6 +303,11 @@ class MatrixEntry(_Section):
     causes: list[str] = Field(default_factory=list, description="likely causes, most likely first")
     verify: list[str] = Field(default_factory=list, description="commands that confirm the cause")
     docs: str | None = None
+    severity: Literal["error", "warning", "info"] | None = Field(
+        default=None,
+        description="what this project makes the category's findings that are at its own severity "
+        "(error fails the check); those a budget or base's state softened keep theirs",
+    )
 
     @field_validator("causes", "verify")
     @classmethod

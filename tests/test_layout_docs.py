@@ -42,3 +42,24 @@ def test_the_check_sees_a_path_that_is_gone() -> None:
     section = "- **A thing**: `perfcheck/core/no_such_module.py` and `perfcheck/core/matrix.yml`"
     assert named_paths(section) == ["perfcheck/core/no_such_module.py", "perfcheck/core/matrix.yml"]
     assert not (ROOT / named_paths(section)[0]).exists()
+
+
+def test_what_it_catches_lists_every_built_in_category_with_its_own_severity() -> None:
+    # The README's table is written by hand; a category's severity is said once, in its entry.
+    from perfcheck.core import probes
+    from perfcheck.core.matrix import known
+
+    text = README.read_text(encoding="utf-8")
+    start = text.index("## What it catches")
+    table = text[start : text.index("\n\n", text.index("| finding |", start))]
+    listed: dict[str, str] = {}
+    for line in table.splitlines():
+        if not line.startswith("| `"):
+            continue
+        first, _probe, severity = (cell.strip() for cell in line.split(" | ")[:3])
+        names = re.findall(r"`([a-z_0-9]+)`", first)
+        said = severity.split(" / ")
+        listed |= dict(zip(names, said if len(said) == len(names) else said * len(names), strict=True))
+    entries = known()
+    assert set(listed) == {c for kind in probes.built_in() for c in kind.raised()}
+    assert {c: s for c, s in listed.items() if entries[c].severity != s} == {}

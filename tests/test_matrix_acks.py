@@ -80,7 +80,8 @@ def test_a_project_adds_its_own_cause_first() -> None:
 def test_bad_matrix_data_is_refused_clearly() -> None:
     with pytest.raises(MatrixError, match=r"recompile\.causes"):
         parse_matrix(
-            "recompile: {title: t, nature: structural, role: neither, symptom: s, causes: [], verify: [x]}",
+            "recompile: {title: t, nature: structural, role: neither, severity: error, "
+            "symptom: s, causes: [], verify: [x]}",
             "m.yml",
         )
     # Every category says what it is to bisect and to explain; a cause says how it is named.
@@ -88,17 +89,20 @@ def test_bad_matrix_data_is_refused_clearly() -> None:
         parse_matrix("recompile: {title: t, role: neither, symptom: s, causes: [a], verify: [x]}", "m.yml")
     with pytest.raises(MatrixError, match=r"recompile\.nature: Input should be 'structural', 'measured' or"):
         parse_matrix(
-            "recompile: {title: t, nature: timed, role: neither, symptom: s, causes: [a], verify: [x]}",
+            "recompile: {title: t, nature: timed, role: neither, severity: error, "
+            "symptom: s, causes: [a], verify: [x]}",
             "m.yml",
         )
     with pytest.raises(MatrixError, match="`because` is given exactly where role is cause"):
         parse_matrix(
-            "recompile: {title: t, nature: structural, role: cause, symptom: s, causes: [a], verify: [x]}",
+            "recompile: {title: t, nature: structural, role: cause, severity: error, "
+            "symptom: s, causes: [a], verify: [x]}",
             "m.yml",
         )
     with pytest.raises(MatrixError, match="recompile: `because` is no template"):
         parse_matrix(
-            "recompile: {title: t, nature: structural, role: cause, because: 'a {{ at', symptom: s, "
+            "recompile: {title: t, nature: structural, role: cause, severity: error, "
+            "because: 'a {{ at', symptom: s, "
             "causes: [a], verify: [x]}",
             "m.yml",
         )
@@ -112,7 +116,7 @@ def test_bad_matrix_data_is_refused_clearly() -> None:
 # comma, the one inside the parentheses too, so the comment showed the cause "DDP's buckets
 # re-split (parameter order" and a bullet "sizes or dtypes changed)".
 # A plain entry's first fields: what every category says.
-PLAIN = "title: t, nature: structural, role: neither, symptom: s"
+PLAIN = "title: t, nature: structural, role: neither, severity: error, symptom: s"
 SPLIT = "[DDP's buckets re-split (parameter order, sizes or dtypes changed), a collective moved]"
 
 
@@ -141,7 +145,8 @@ def test_a_cause_yaml_split_at_a_comma_is_refused_wherever_an_entry_comes_from()
         parse_config(f"matrix:\n  collective_drift:\n    causes: {SPLIT}\n", "p.yml")
     # Written one per line, the same cause is one cause.
     whole = parse_matrix(
-        "collective_drift:\n  title: t\n  nature: structural\n  role: neither\n  symptom: s\n  causes:\n"
+        "collective_drift:\n  title: t\n  nature: structural\n  role: neither\n  severity: error\n"
+        "  symptom: s\n  causes:\n"
         "    - DDP's buckets re-split (parameter order, sizes or dtypes changed)\n  verify: [x]\n",
         "m.yml",
     )
@@ -411,3 +416,37 @@ def test_a_report_repeats_only_the_options_a_rerun_needs_and_no_program_path() -
         ProbeRun.model_validate({**run.model_dump(), "rerun": ["a`b"]})
     with pytest.raises(ValueError):
         ProbeRun.model_validate({**run.model_dump(), "program": "rm -rf / ; perfcheck"})
+
+
+def test_a_project_moves_a_categorys_findings_from_its_own_severity_and_says_so() -> None:
+    from perfcheck.core.compare import compare_workload
+
+    review = load_review(DATA / "demo-result.json")
+    (wl,) = review.workloads
+    assert (
+        known()["graph_break_added"].severity == "error"
+        and known()["export_ir_changed"].severity == "warning"
+    )
+    config = parse_config(
+        "matrix:\n  graph_break_added: {severity: warning}\n  export_ir_changed: {severity: error}\n", "p.yml"
+    )
+    got = {f.category: f for f in compare_workload(wl, config).findings}  # the recorded results, compared
+    brk, ir = got["graph_break_added"], got["export_ir_changed"]
+    assert brk.severity == "warning" and brk.message.endswith(
+        "(warning, not error: this project's matrix.graph_break_added.severity)"
+    )
+    assert brk.evidence["severity_by_default"] == "error"
+    assert ir.severity == "error" and got["throughput_regression"].severity == "error"  # not named: as it was
+    # The entry is still perfcheck's: a severity alone replaces no cause or command.
+    assert merged(config.matrix)["graph_break_added"] == known()["graph_break_added"]
+    # A finding its comparator softened (new breaks within the project's budget) keeps its severity.
+    budget = parse_config(
+        "budgets: {max_new_graph_breaks: 5}\nmatrix: {graph_break_added: {severity: info}}\n", "p.yml"
+    )
+    [within] = [f for f in compare_workload(wl, budget).findings if f.category == "graph_break_added"]
+    assert within.severity == "warning" and "severity_by_default" not in within.evidence
+    with pytest.raises(
+        ConfigError,
+        match=r"p\.yml: matrix\.recompile\.severity: expected 'error', 'warning' or 'info' \(got 'fatal'\)",
+    ):
+        parse_config("matrix: {recompile: {severity: fatal}}", "p.yml")

@@ -271,13 +271,26 @@ def test_a_plugin_cannot_take_a_built_in_name_or_category() -> None:
                 PROBE,
                 name="toy3",
                 categories={
-                    "toy3_x": {"title": "t", "nature": "structural", "role": "neither", "symptom": "s"}
+                    "toy3_x": {
+                        "title": "t",
+                        "nature": "structural",
+                        "role": "neither",
+                        "severity": "error",
+                        "symptom": "s",
+                    }
                 },
             )
         )
     # What bisect and explain read of a category is the plugin's to say, as for every built-in one.
     with pytest.raises(ValueError, match=r"probe toy4: toy4_x\.nature: Field required"):
-        entry = {"title": "t", "role": "neither", "symptom": "s", "causes": ["c"], "verify": ["v"]}
+        entry = {
+            "title": "t",
+            "role": "neither",
+            "severity": "error",
+            "symptom": "s",
+            "causes": ["c"],
+            "verify": ["v"],
+        }
         probes.register(replace(PROBE, name="toy4", categories={"toy4_x": entry}))
     assert not {"toy2", "toy3", "toy4"} & set(probes.names())
 
@@ -302,7 +315,7 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
             evidence=evidence,
         )  # fmt: skip
 
-    entry = {"title": "t", "symptom": "s", "causes": ["c"], "verify": ["v"]}
+    entry = {"title": "t", "severity": "error", "symptom": "s", "causes": ["c"], "verify": ["v"]}
     probes.register(
         replace(
             PROBE,
@@ -334,6 +347,7 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
             "cause",
             "neither",
         )
+        assert kind.severity in ("error", "warning", "info"), category
         if kind.role == "cause":
             assert because(finding(category, break_type="print", reading="sdpa lost")), category
         # What follows from it is known; bisect can tell one apart whatever its evidence.

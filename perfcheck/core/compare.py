@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from perfcheck.config import Config
 from perfcheck.core import probes
 from perfcheck.core.explain import explain
+from perfcheck.core.matrix import known
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.schema import (
     CompileLatencyChange,
@@ -134,7 +135,34 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
                 changes[wl.name] = got.timing
             if got.compile_latency is not None:
                 latency[wl.name] = got.compile_latency
-    return Comparison(explain(findings), inconclusive, changes, latency)
+    return Comparison(with_project_severity(explain(findings), config), inconclusive, changes, latency)
+
+
+def with_project_severity(findings: list[Finding], config: Config) -> list[Finding]:
+    """A project's ``matrix.<category>.severity`` (perfcheck.yml, read from base): the findings
+    at the category's own severity take the project's, saying so; those their comparator softened
+    (within a budget, as on base) keep theirs. After ``explain``, which reads perfcheck's own."""
+    wanted = {c: e.severity for c, e in config.matrix.items() if e.severity is not None}
+    if not wanted:
+        return findings
+    entries = known()
+    out = []
+    for f in findings:
+        to, entry = wanted.get(f.category), entries.get(f.category)
+        if to is None or entry is None or f.severity != entry.severity or to == f.severity:
+            out.append(f)
+            continue
+        out.append(
+            f.model_copy(
+                update={
+                    "severity": to,
+                    "message": f"{f.message} ({to}, not {entry.severity}: this project's "
+                    f"matrix.{f.category}.severity)",
+                    "evidence": {**f.evidence, "severity_by_default": entry.severity},
+                }
+            )
+        )
+    return out
 
 
 _ORDER = {"error": 0, "warning": 1, "info": 2}

@@ -23,7 +23,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.config import MatrixEntry, whole_phrases
-from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories, probe_metrics
+from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, Severity, categories, probe_metrics
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
 # evidence, rendered as plain text (every report escapes what it shows).
@@ -151,6 +151,10 @@ class Entry(_Data):
     title: str = Field(min_length=1, description="the finding's heading in every report")
     nature: Nature = Field(description="structural, measured or process: how bisect treats it")
     role: Role = Field(description="effect, cause or neither: how explain reads it beside the others")
+    severity: Severity = Field(
+        description="what a finding of it is when nothing in its situation softens it: error fails "
+        "the check (a project may move it: `matrix.<category>.severity`)"
+    )
     because: str | None = Field(
         default=None,
         description="for a cause: the phrase that names it in an effect's message, a Jinja template "
@@ -281,12 +285,20 @@ def _on_top(category: str, base: Entry | None, own: MatrixEntry) -> Entry:
     known entry's, or a plain structural one's for a category of the project's own."""
     causes = [*own.causes, *(base.causes if base else [])]
     verify = own.verify or (base.verify if base else [])
+    if base is not None and not own.causes and not own.verify and own.symptom is None and own.docs is None:
+        return base  # only a severity (compare.py applies it): the entry is perfcheck's own
     if not causes or not verify:
         raise MatrixError(f"matrix.{category}: a new category entry needs causes and verify")
     if base is None:
         name = category.replace("_", " ")
         base = Entry(
-            title=name, nature="structural", role="neither", symptom=name, causes=causes, verify=verify
+            title=name,
+            nature="structural",
+            role="neither",
+            severity=own.severity or "error",
+            symptom=name,
+            causes=causes,
+            verify=verify,
         )
     return base.model_copy(
         update={

@@ -94,6 +94,7 @@ PROBE = ProbeKind(
             "title": "Parameter count grew",
             "nature": "structural",  # exact at any commit: bisect looks for it
             "role": "neither",
+            "severity": "error",  # fails the check, unless a project's perfcheck.yml says otherwise
             "details": [{"field": "limit", "label": "Allowed growth"}],
             "symptom": "the model holds more parameters than base, beyond `toy.max_growth_pct`.",
             "causes": ["a layer was widened or added"],

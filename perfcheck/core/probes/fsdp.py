@@ -728,6 +728,7 @@ PROBE = ProbeKind(
             "title": "Identical layers no longer share a compiled graph",
             "nature": "structural",
             "role": "neither",
+            "severity": "error",
             "details": [{"field": "guard", "label": "The guard that made another graph"}],
             "symptom": "Dynamo compiles more graphs for the same layers than base: N identical layers "
             "used to be served by one graph.",
@@ -754,6 +755,7 @@ PROBE = ProbeKind(
             "title": "DTensor layout changed",
             "nature": "structural",
             "role": "neither",
+            "severity": "error",
             "details": [
                 {"field": "unit_changes", "label": "FSDP units grouped or run differently"},
                 {"field": "changes", "label": "Parameters laid out differently"},
@@ -800,6 +802,7 @@ PROBE = ProbeKind(
             "title": "Less FSDP communication hidden behind compute",
             "nature": "measured",
             "role": "neither",
+            "severity": "error",
             "symptom": "less of FSDP's all-gather and reduce-scatter time runs while compute does.",
             "causes": [
                 "prefetch lost: a unit's all-gather now waits for the layer before it",
