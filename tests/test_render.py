@@ -118,3 +118,29 @@ def test_a_rows_figures_are_values_with_units_formatted_in_one_place() -> None:
     figures = [c for r in rows for c in (r.base, r.head) if isinstance(c, Figure)]
     assert {f.unit for f in figures} >= {"ms", "/s"}  # the step time and the throughput
     assert all(str(f) == figure(f) for f in figures)
+
+
+def test_a_cell_of_two_values_is_formatted_in_the_same_place() -> None:
+    """Copies with their bytes, fp32 against low-precision ops, opchecks passed, a graph's hash
+    with its op count: two values a cell, each a Figure (or text), joined one of three ways."""
+    import pytest
+
+    from perfcheck.core.markdown import Compound, Figure, count, size
+
+    assert [str(size(n)) for n in (512, 1536, 3 * 2**20, 5 * 2**30)] == [
+        "512 B",
+        "1.5 KB",
+        "3.0 MB",
+        "5.0 GB",
+    ]
+    assert str(Compound(count(3.0), size(1536))) == "3 (1.5 KB)"
+    assert str(Compound(Figure(2, "fp32"), Figure(10, "bf16"), "slash")) == "2 fp32 / 10 bf16"
+    assert str(Compound(Figure(3), Figure(4, "pass"), "of")) == "3 of 4 pass"
+    assert str(Compound("8fa3010f17", Figure(1234, "ops"))) == "8fa3010f17 (1,234 ops)"
+    with pytest.raises(ValueError, match="joins as one of paren, slash, of"):
+        Compound(Figure(1), Figure(2), "dash")
+    from perfcheck.core.render import workload_rows
+
+    review = load_review(DATA / "demo-result.json")
+    [ir] = [r for r in workload_rows(review.workloads[0]) if r.metric == "export IR"]
+    assert isinstance(ir.head, Compound) and ir.head.then == Figure(5, "ops")

@@ -58,6 +58,38 @@ def count(n: float, signed: bool = False) -> Figure:
     return Figure(n, places=0 if float(n).is_integer() else 1, signed=signed)
 
 
+def size(nbytes: float) -> Figure:
+    """A number of bytes in the unit that keeps it under 1,024 (``512 B``, ``1.5 KB``), up to GB."""
+    n = float(nbytes)
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
+            return Figure(n, unit, 0 if unit == "B" else 1)
+        n /= 1024
+    return Figure(n, "GB", 1)
+
+
+# How a compound cell joins its two values: ``3 (1.5 KB)``, ``2 fp32 / 10 bf16``, ``3 of 4 pass``.
+_JOINS = {"paren": "{} ({})", "slash": "{} / {}", "of": "{} of {}"}
+
+
+@dataclass(frozen=True)
+class Compound:
+    """A cell of two values, each a ``Figure`` or text (a hash, a dtype), joined one of a few
+    fixed ways (``how``); formatted here like a Figure, and read apart by a template or a report
+    that wants the numbers (``first``, ``then``)."""
+
+    first: Figure | str
+    then: Figure | str
+    how: str = "paren"  # one of _JOINS
+
+    def __post_init__(self) -> None:
+        if self.how not in _JOINS:
+            raise ValueError(f"a compound cell joins as one of {', '.join(_JOINS)}, not {self.how!r}")
+
+    def __str__(self) -> str:
+        return _JOINS[self.how].format(self.first, self.then)
+
+
 # The most one field may take of a comment: a 200 KB line in one finding must not crowd out the rest.
 CELL_LIMIT = 2_000
 CODE_LIMIT = 500

@@ -14,7 +14,8 @@ from typing import Literal
 from pydantic import Field
 
 from perfcheck.config import Config
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.core.markdown import Compound, Figure
+from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
     Finding,
     GraphBreak,
@@ -138,11 +139,12 @@ def rows(ba: ProbeResult | None, ha: ProbeResult | None, wl: WorkloadReview) -> 
     rows: list[Row] = []
     if ba or ha:
 
-        def fp32(r: ProbeResult | None) -> str:
+        def fp32(r: ProbeResult | None) -> Cell:
             m = probe_metrics(r, AmpMetrics)
             if m is None:
                 return status_cell(r) or "—"
-            return f"{sum(o.count for o in m.fp32_ops)} fp32 / {m.low_precision_ops} {m.dtype}"
+            fp32_ops = sum(o.count for o in m.fp32_ops)
+            return Compound(Figure(fp32_ops, "fp32"), Figure(m.low_precision_ops, m.dtype), "slash")
 
         dtype = next((m.dtype for r in (ha, ba) if (m := probe_metrics(r, AmpMetrics))), "low precision")
         rows.append(Row(f"matmul/conv ops under {dtype} autocast", fp32(ba), fp32(ha), ""))

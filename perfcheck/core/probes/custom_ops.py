@@ -9,8 +9,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
+from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.export import ExportMetrics
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
     Finding,
     ProbeResult,
@@ -114,12 +115,11 @@ def rows(bo: ProbeResult | None, ho: ProbeResult | None, wl: WorkloadReview) -> 
     rows: list[Row] = []
     if bo or ho:
 
-        def passing(r: ProbeResult | None) -> str:
+        def passing(r: ProbeResult | None) -> Cell:
             m = probe_metrics(r, CustomOpMetrics)
             if m is None:
                 return status_cell(r) or "—"
-            ops = m.ops
-            return f"{sum(o.ok for o in ops)} of {len(ops)} pass"
+            return Compound(Figure(sum(o.ok for o in m.ops)), Figure(len(m.ops), "pass"), "of")
 
         rows.append(Row("custom ops (opcheck)", passing(bo), passing(ho), ""))
     return settled(rows, bo, ho)

@@ -8,7 +8,9 @@ import re
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.config import Config
+from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.kind import (
+    Cell,
     Column,
     Compared,
     ProbeKind,
@@ -184,10 +186,10 @@ def rows(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview) -> 
     if be or he:
         bx, hx = probe_metrics(be, ExportMetrics), probe_metrics(he, ExportMetrics)
 
-        def ir(m: ExportMetrics | None) -> str:
+        def ir(m: ExportMetrics | None) -> Cell:
             if m is None or m.graph_sha256 is None:
                 return "—"
-            return f"{m.graph_sha256[:10]} ({sum(m.op_counts.values())} ops)"
+            return Compound(m.graph_sha256[:10], Figure(sum(m.op_counts.values()), "ops"))
 
         same = bx is not None and hx is not None and bx.graph_sha256 and bx.graph_sha256 == hx.graph_sha256
         rows.append(Row("export IR", ir(bx), ir(hx), "=" if same else ("changed" if bx and hx else "")))

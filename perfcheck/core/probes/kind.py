@@ -37,16 +37,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from perfcheck.core.markdown import Figure
+from perfcheck.core.markdown import Compound, Figure
 from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
 
 if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
     from perfcheck.config import Config
 
 
-# A cell of a row: a figure with its unit (formatted in one place, perfcheck/core/markdown.py), or
-# text (a status such as "crashed", a hash, "=", "—").
-Cell = Figure | str
+# A cell of a row: a figure with its unit, or two values joined (``3 (1.5 KB)``), both formatted
+# in one place (perfcheck/core/markdown.py); or text (a status such as "crashed", "=", "—").
+Cell = Figure | Compound | str
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from statistics import median
 
 from perfcheck.config import Config
 from perfcheck.core import deltas
-from perfcheck.core.markdown import Figure, count
+from perfcheck.core.markdown import Compound, Figure, count, size
 from perfcheck.core.probes.kind import (
     Cell,
     Column,
@@ -339,20 +339,12 @@ def _count_rows(
         rows.append(
             Row(
                 f"{name} / step",
-                f"{count(cb or 0)} ({_bytes(bb or 0)})",
-                f"{count(ch or 0)} ({_bytes(bh or 0)})",
+                Compound(count(cb or 0), size(bb or 0)),
+                Compound(count(ch or 0), size(bh or 0)),
                 diff(cb, ch),
             )
         )
     return rows
-
-
-def _bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1024
-    return f"{n:,.1f} GB"
 
 
 def rows(bt: ProbeResult | None, ht: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
