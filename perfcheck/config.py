@@ -435,23 +435,29 @@ def planned_probes(
 def follow_up_probes(
     config: Config, wl: WorkloadConfig, planned: set[str], probes: tuple[str, ...]
 ) -> tuple[str, ...]:
-    """Probes a workload may get once the planned ones show they apply (custom_ops, when its
-    exported graph calls a custom op); only where its probes were left to the defaults."""
-    from perfcheck.core.probes.custom_ops import CustomOpsSettings  # the probe's own section
+    """Probes a workload may get once the planned ones show they apply (a descriptor's
+    ``follow_up``: custom_ops, when its exported graph calls a custom op); only where its probes
+    were left to the defaults."""
+    from perfcheck.core import probes as registry  # the descriptors; they import this module
 
-    if (
-        probes
-        or wl.probes is not None
-        or not config.section(CustomOpsSettings).auto
-        or "export" not in planned
-    ):
+    if probes or wl.probes is not None:
         return ()
-    return () if "custom_ops" in planned else ("custom_ops",)
+    return tuple(
+        k.name
+        for k in registry.kinds()
+        if k.follow_up is not None
+        and k.name not in planned
+        and set(k.follow_up.after) <= planned
+        and k.follow_up.enabled(config)
+    )
 
 
 def declared_probes(wl: WorkloadConfig) -> tuple[str, ...]:
-    """The probes a workload asks for by what it is: the amp probe when it runs under autocast."""
-    return ("amp",) if wl.amp != "none" else ()
+    """The probes a workload asks for by what it is (a descriptor's ``asked_by``: the amp probe
+    when it runs under autocast)."""
+    from perfcheck.core import probes as registry
+
+    return tuple(k.name for k in registry.kinds() if k.asked_by is not None and k.asked_by(wl))
 
 
 def _key(loc: tuple[Any, ...]) -> str:

@@ -190,3 +190,39 @@ def test_a_first_adoption_may_be_stricter_than_the_defaults() -> None:
     text = "budgets: {max_throughput_regression_pct: 1}\ntiming: {confidence: 0.99}\n"
     config = first_adoption_config(text, "PR.yml")
     assert config.budgets.max_throughput_regression_pct == 1 and config.timing.confidence == 0.99
+
+
+def test_what_a_workload_gets_beside_the_defaults_is_said_by_the_probes_descriptors() -> None:
+    """amp where the workload runs under autocast (its descriptor's `asked_by`); custom_ops once
+    the exported graph calls a custom op (its `follow_up`), only where the probes were left to
+    the defaults and `custom_ops.auto` is on."""
+    from perfcheck.config import follow_up_probes, planned_probes
+    from perfcheck.core import probes
+    from perfcheck.schema import ProbeResult
+
+    config = parse_config(
+        "workloads:\n  - {name: mixed, entry: m.py:build, amp: bf16}\n  - {name: plain, entry: m.py:build}\n",
+        "p.yml",
+    )
+    mixed, plain = config.workloads
+    planned = planned_probes(config.workloads, ())
+    assert [p for w, p in planned if w is mixed] == ["timing", "compile", "export", "amp"]
+    assert [p for w, p in planned if w is plain] == ["timing", "compile", "export"]
+    assert follow_up_probes(config, plain, {"timing", "compile", "export"}, ()) == ("custom_ops",)
+    assert follow_up_probes(config, plain, {"compile"}, ()) == ()  # no export to say
+    assert follow_up_probes(config, plain, {"export"}, ("export",)) == ()  # --probes decides
+    off = parse_config("workloads: [{name: plain, entry: m.py:build}]\ncustom_ops: {auto: false}\n", "p.yml")
+    assert follow_up_probes(off, off.workloads[0], {"export"}, ()) == ()
+
+    follow = probes.get("custom_ops").follow_up  # type: ignore[union-attr]
+    assert follow is not None
+
+    def exported(ops: dict[str, int], status: str = "ok") -> ProbeResult:
+        return ProbeResult(
+            probe="export", workload="plain", side="head", status=status, duration_s=1.0,  # type: ignore[arg-type]
+            metrics={"graph_sha256": "ab", "op_counts": ops},
+        )  # fmt: skip
+
+    assert follow.called_for(config, [exported({"aten.addmm.default": 2, "mylib.scale.default": 1})])
+    assert not follow.called_for(config, [exported({"aten.addmm.default": 2})])
+    assert follow.called_for(config, [exported({}, status="failed")])  # a fake kernel may be why

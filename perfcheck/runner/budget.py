@@ -21,18 +21,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from perfcheck.config import TimingConfig
+from perfcheck.core import probes
 from perfcheck.schema import ReviewCosts, StepCost
 
 T = TypeVar("T")
 
-# A probe's cost before this review measured anything of the workload, per device: the demo's
-# classifier on the 2-core CPU, the built-in models on the H200 (docs/benchmarks.md).
-PRIOR_S = {
-    "cpu": {"compile": 15.0, "export": 2.0, "amp": 5.0, "custom_ops": 10.0, "profile": 15.0},
-    "cuda": {"compile": 60.0, "export": 15.0, "amp": 20.0, "custom_ops": 20.0, "profile": 40.0},
-}
-PRIOR_DISTRIBUTED_S = {"cpu": 60.0, "cuda": 120.0}  # ddp, fsdp: several variants under torchrun
-PRIOR_OTHER_S = 30.0  # a plugin's probe
+PRIOR_UNKNOWN_S = 30.0  # a probe no registered descriptor names
 
 # A compile-latency sample against a process's first compile, measured. With the kernels read
 # from their cache (the default): 0.6 of 15 s for the demo on the 2-core CPU. With every kernel
@@ -44,9 +38,13 @@ PAIR_OVERHEAD_S = 3.0
 
 
 def prior(probe: str, device: str) -> float:
-    if probe in ("ddp", "fsdp"):
-        return PRIOR_DISTRIBUTED_S.get(device, PRIOR_DISTRIBUTED_S["cuda"])
-    return PRIOR_S.get(device, PRIOR_S["cuda"]).get(probe, PRIOR_OTHER_S)
+    """A probe's cost before this review measured anything of the workload: its descriptor's
+    ``prior_s`` for the device (a built-in's from the demo's classifier on the 2-core CPU and the
+    built-in models on the H200, docs/benchmarks.md), a GPU's where the device is another."""
+    kind = probes.get(probe)
+    if kind is None:
+        return PRIOR_UNKNOWN_S
+    return kind.prior_s.get(device, kind.prior_s.get("cuda", PRIOR_UNKNOWN_S))
 
 
 def timing_estimate_s(cfg: TimingConfig, setup_s: float, pairs: int) -> float:

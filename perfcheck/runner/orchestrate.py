@@ -1085,26 +1085,16 @@ def plan_line(
 def _follow_ups(
     run: ReviewRun, wanted: list[tuple[WorkloadConfig, str]], done: list[ProbeResult]
 ) -> list[tuple[WorkloadConfig, str]]:
-    """Probes the first results call for: custom_ops on a workload whose exported graph (on either
-    side) calls a custom op, or where torch.compile or torch.export failed on a side (a custom op's
-    fake kernel that disagrees with the real one stops both: opcheck names the op, where the
-    exported graph that would have shown it never came), where its probes were left to the
-    defaults. Its eager step finds the custom ops the workload calls; where there are none it
-    says so and nothing more."""
-    from perfcheck.core.probes.custom_ops import CustomOpsSettings, custom_ops_in_export
-
+    """Probes the first results call for (a descriptor's ``follow_up``: custom_ops on a workload
+    whose exported graph calls a custom op, say), where its probes were left to the defaults."""
     out = []
     for wl in run.workloads:
         planned = {p for w, p in wanted if w.name == wl.name}
-        if "custom_ops" not in follow_up_probes(run.config, wl, planned, run.probes):
-            continue
         mine = [r for r in done if r.workload == wl.name]
-        exports = [r for r in mine if r.probe == "export"]
-        rejected = any(r.status == "failed" and r.probe in ("compile", "export") for r in mine)
-        if rejected or any(
-            custom_ops_in_export(r, run.config.section(CustomOpsSettings).namespaces) for r in exports
-        ):
-            out.append((wl, "custom_ops"))
+        for name in follow_up_probes(run.config, wl, planned, run.probes):
+            follow = kind.follow_up if (kind := probes.get(name)) is not None else None
+            if follow is not None and follow.called_for(run.config, mine):
+                out.append((wl, name))
     return out
 
 

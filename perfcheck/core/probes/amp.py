@@ -163,4 +163,6 @@ PROBE = ProbeKind(
     metrics=AmpMetrics,
     run="perfcheck.runner.probes.amp_probe:run",
     categories=entries_beside(__file__),  # amp.yml: its own categories' entries
+    prior_s={"cpu": 5.0, "cuda": 20.0},
+    asked_by=lambda wl: wl.amp != "none",  # a workload that runs under autocast
 )

@@ -528,4 +528,5 @@ PROBE = ProbeKind(
     categories=entries_beside(__file__),  # compile.yml: its own categories' entries
     columns=(Column("graphs", "graphs / breaks"), Column("recompiles", "recompiles")),
     overview=overview,
+    prior_s={"cpu": 15.0, "cuda": 60.0},
 )

@@ -11,7 +11,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from perfcheck.config import Config
 from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.export import ExportMetrics
-from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.core.probes.kind import (
+    Cell,
+    Compared,
+    FollowUp,
+    ProbeKind,
+    Row,
+    entries_beside,
+    settled,
+    status_cell,
+)
 from perfcheck.schema import (
     Finding,
     ProbeResult,
@@ -129,6 +138,18 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     return Compared(custom_op_findings(wl, base, head, config))
 
 
+def _called_for(config: Config, results: list[ProbeResult]) -> bool:
+    """A workload whose exported graph (on either side) calls a custom op, or where torch.compile
+    or torch.export failed on a side: a custom op's fake kernel that disagrees with the real one
+    stops both, and opcheck names the op where the exported graph that would have shown it never
+    came. Its eager step then finds the custom ops the workload calls (where there are none it
+    says so and nothing more)."""
+    if any(r.status == "failed" and r.probe in ("compile", "export") for r in results):
+        return True
+    namespaces = config.section(CustomOpsSettings).namespaces
+    return any(custom_ops_in_export(r, namespaces) for r in results if r.probe == "export")
+
+
 PROBE = ProbeKind(
     name="custom_ops",
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
@@ -138,4 +159,10 @@ PROBE = ProbeKind(
     metrics=CustomOpMetrics,
     run="perfcheck.runner.probes.custom_op_probe:run",
     categories=entries_beside(__file__),  # custom_ops.yml: its own categories' entries
+    prior_s={"cpu": 10.0, "cuda": 20.0},
+    follow_up=FollowUp(
+        after=("export",),
+        enabled=lambda config: config.section(CustomOpsSettings).auto,
+        called_for=_called_for,
+    ),
 )

@@ -225,4 +225,5 @@ PROBE = ProbeKind(
     run="perfcheck.runner.probes.ddp_probe:run",
     raises=("rank_graph_mismatch", "collective_drift"),
     categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
+    prior_s={"cpu": 60.0, "cuda": 120.0},  # several variants under torchrun
 )

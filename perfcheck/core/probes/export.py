@@ -221,4 +221,5 @@ PROBE = ProbeKind(
     categories=entries_beside(__file__),  # export.yml: its own categories' entries
     columns=(Column("export", "export IR"),),
     overview=overview,
+    prior_s={"cpu": 2.0, "cuda": 15.0},
 )

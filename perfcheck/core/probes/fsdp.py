@@ -814,4 +814,5 @@ PROBE = ProbeKind(
             "docs": _FULLY_SHARD,
         },
     },
+    prior_s={"cpu": 60.0, "cuda": 120.0},  # several variants under torchrun
 )

@@ -41,7 +41,7 @@ from perfcheck.core.markdown import Compound, Figure
 from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
 
 if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
-    from perfcheck.config import Config
+    from perfcheck.config import Config, WorkloadConfig
 
 
 # A cell of a row: a figure with its unit, or two values joined (``3 (1.5 KB)``), both formatted
@@ -125,6 +125,17 @@ EVERY_PROBE = ("probe_crashed", "probe_timeout")
 
 
 @dataclass(frozen=True)
+class FollowUp:
+    """When a probe runs without being asked: where a workload's probes were left to the defaults,
+    ``after`` are among them, and ``enabled`` by the config, it runs when ``called_for`` by the
+    workload's results so far (both sides' of every probe that ran)."""
+
+    after: tuple[str, ...]
+    enabled: Callable[[Config], bool]
+    called_for: Callable[[Config, list[ProbeResult]], bool]
+
+
+@dataclass(frozen=True)
 class ProbeKind:
     name: str
     summary: str  # one line, for --help and the docs
@@ -145,6 +156,15 @@ class ProbeKind:
     # Its own root-cause entries for some of those: partial matrix entries (symptom, causes,
     # verify, docs, rules) that replace the category's for this probe's findings.
     entries: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    # What it is expected to cost per side and workload before this review measured anything of
+    # the workload (seconds, per device), for the up-front plan and the time budget.
+    prior_s: Mapping[str, float] = field(default_factory=lambda: {"cpu": 30.0, "cuda": 30.0})
+    # A workload asks for it by what it is, beside the defaults (amp: one that runs under
+    # autocast); None: only by name.
+    asked_by: Callable[[WorkloadConfig], bool] | None = None
+    # It may run where no one asked for it, once the first results call for it (custom_ops on a
+    # workload whose exported graph calls a custom op); None: never.
+    follow_up: FollowUp | None = None
     # Its columns in the overview of every workload (the check summary, the HTML report) and the
     # function that fills them; none: the probe shows in each workload's own table only.
     columns: tuple[Column, ...] = ()

@@ -177,4 +177,5 @@ PROBE = ProbeKind(
     metrics=TraceMetrics,
     run="perfcheck.runner.probes.profile_probe:run",
     categories=entries_beside(__file__),  # profile.yml: its own categories' entries
+    prior_s={"cpu": 15.0, "cuda": 40.0},
 )
