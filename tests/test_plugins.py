@@ -221,6 +221,30 @@ def test_a_probe_in_the_built_in_shape_is_bisected_to_the_commit_that_raised_its
     assert "widen the hidden layer" in (out / "bisect.md").read_text()
 
 
+def test_a_probe_in_the_built_in_shape_explains_a_slower_step_in_the_same_review(tmp_path: Path) -> None:
+    """explain reads the probe's category as a cause (its entry's `role` and `because`): the
+    timing gate's slower step on a model 64 times as wide names the parameter growth."""
+    config = (
+        "workloads:\n  - {name: net, entry: model.py:build, timeout_s: 300}\n"
+        "compile: {backend: aot_eager, measure: 'off'}\ntoy: {max_growth_pct: 10}\n"
+    )
+    trees = {
+        side: write_tree(tmp_path / side, {"model.py": MODEL.format(width=width), "perfcheck.yml": config})
+        for side, width in (("base", 32), ("head", 2048))
+    }
+    registry = write_tree(tmp_path / "registry", {"sitecustomize.py": REGISTRY_LINE})
+    out = tmp_path / "out"
+    done = _perfcheck(
+        "review", "--base", str(trees["base"]), "--head", str(trees["head"]), "--probes", "toy,timing",
+        "--out", str(out), cwd=tmp_path, PYTHONPATH=os.pathsep.join([str(TESTS), str(registry)]),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr[-3000:]
+    found = {f["category"]: f for f in json.loads((out / "result.json").read_text())["findings"]}
+    slower = found["throughput_regression"]
+    assert slower["message"].endswith("; likely from the parameter growth (676 → 43012)"), slower["message"]
+    assert slower["evidence"]["explained_by"] == "the parameter growth (676 → 43012)"
+
+
 @pytest.fixture
 def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever a test registers in this process is gone after it: the other tests see the

@@ -93,7 +93,9 @@ PROBE = ProbeKind(
         "toy_parameters_grew": {
             "title": "Parameter count grew",
             "nature": "structural",  # exact at any commit: bisect looks for it
-            "role": "neither",
+            # a cause: a slower step in the same review names it (perfcheck/core/explain.py)
+            "role": "cause",
+            "because": "the parameter growth ({{ evidence.base }} → {{ evidence.head }})",
             "severity": "error",  # fails the check, unless a project's perfcheck.yml says otherwise
             "details": [{"field": "limit", "label": "Allowed growth"}],
             "symptom": "the model holds more parameters than base, beyond `toy.max_growth_pct`.",
