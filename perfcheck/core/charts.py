@@ -12,7 +12,9 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from perfcheck.core.markdown import visible
 from perfcheck.core.matrix import of_chart
@@ -22,6 +24,8 @@ from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
 from perfcheck.schema import ProbeResult, Review, TimingMetrics, probe_metrics
 from perfcheck.sweep_schema import SweepReport
+
+M = TypeVar("M", bound=BaseModel)
 
 # Mermaid has no escape syntax inside quoted labels, so anything outside this set becomes a space:
 # no quote, bracket, backtick, percent (directives) or newline can reach the block.
@@ -62,8 +66,10 @@ class Split:
     non_compute_pct: float
 
 
-def _probe(results: Sequence[ProbeResult], name: str) -> ProbeResult | None:
-    return next((r for r in results if r.probe == name), None)
+def _measured(results: Sequence[ProbeResult], model: type[M]) -> M | None:
+    """The metrics of the first result whose probe measures in ``model``: a chart reads the
+    figures it draws by what they are, not by which probe (a plugin's too) measured them."""
+    return next((m for r in results if (m := probe_metrics(r, model)) is not None), None)
 
 
 def _num(x: float) -> str:
@@ -79,8 +85,7 @@ def step_figures(review: Review) -> list[tuple[str, float, float]]:
     wall-clock step on a CPU) for every workload timed on both sides."""
     out = []
     for wl in review.workloads:
-        b, h = _probe(wl.base, "timing"), _probe(wl.head, "timing")
-        figures = throughput_figures(probe_metrics(b, TimingMetrics), probe_metrics(h, TimingMetrics))
+        figures = throughput_figures(_measured(wl.base, TimingMetrics), _measured(wl.head, TimingMetrics))
         if figures is not None:
             out.append((wl.name, *figures[1:]))
     return out
@@ -129,8 +134,7 @@ def kernel_deltas(review: Review) -> dict[str, list[KernelDelta]]:
     for wl in review.workloads:
         if wl.name in out:
             continue
-        bp, hp = _probe(wl.base, "profile"), _probe(wl.head, "profile")
-        b, h = probe_metrics(bp, TraceMetrics), probe_metrics(hp, TraceMetrics)
+        b, h = _measured(wl.base, TraceMetrics), _measured(wl.head, TraceMetrics)
         if b and h:
             deltas = _from_traces(b, h)
             if deltas:
@@ -148,8 +152,7 @@ def breakdowns(review: Review) -> dict[str, tuple[Split | None, Split | None]]:
     """Per workload with a profile breakdown on either side: (base, head)."""
     out = {}
     for wl in review.workloads:
-        b, h = _probe(wl.base, "profile"), _probe(wl.head, "profile")
-        pair = (_split(probe_metrics(b, TraceMetrics)), _split(probe_metrics(h, TraceMetrics)))
+        pair = (_split(_measured(wl.base, TraceMetrics)), _split(_measured(wl.head, TraceMetrics)))
         if pair != (None, None):
             out[wl.name] = pair
     return out
