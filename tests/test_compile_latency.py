@@ -227,6 +227,31 @@ def test_callgrind_repeats_within_2_percent_and_a_deeper_graph_is_named(
     assert deeper.verdict == "fail"
 
 
+@pytest.mark.skipif(not HAVE_VALGRIND, reason="valgrind (with callgrind.h) is not installed")
+def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples_count(
+    tmp_path: Path, review: ReviewFn, cold: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``auto`` takes callgrind on its estimate; on a machine busier than that estimate its
+    processes are stopped at twice the estimate, and the wall-clock compiles the compile probes
+    made anyway are the measure, saying why. (Here the estimate and the limit are told: a second.)"""
+    from perfcheck.runner import latency_runs, orchestrate
+
+    monkeypatch.setattr(
+        latency_runs, "choose", lambda *a, **k: latency_runs.Choice("callgrind", estimate_s=1.0)
+    )
+    monkeypatch.setattr(orchestrate, "CALLGRIND_LIMIT_FLOOR_S", 1.0)
+    config = fast_config("  runs: 2\n")  # measure: auto, the default
+    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
+    change = result.workloads[0].compile_latency
+    assert change is not None and change.measure == "wall" and change.pairs == 2
+    [head] = [r for r in result.workloads[0].head if r.probe == "compile"]
+    note = head.metrics_as(CompileMetrics).latency.note  # type: ignore[union-attr]
+    assert note is not None and note.startswith("wall-clock: callgrind was stopped at its limit of 2 s"), note
+    steps = {s.step: s for c in result.costs for s in c.steps}
+    stopped = steps["base ⇄ head · net · compile latency (callgrind)"]
+    assert stopped.spent_s is not None and stopped.spent_s < 60  # stopped, not run to its end
+
+
 def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
     tmp_path: Path, review: ReviewFn, cold: None
 ) -> None:

@@ -8,6 +8,7 @@ result for that one probe, and the review goes on.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import signal
@@ -159,6 +160,8 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
 # the first: for test suites and repeated local runs, where the cache is not what is measured.
 # Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
 # is not measured (perfcheck/runner/latency_runs.py).
+# The least an ``auto`` callgrind step may run before it is stopped: compile.callgrind_budget_s's default.
+CALLGRIND_LIMIT_FLOOR_S = 60.0
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
@@ -705,7 +708,20 @@ class _Review:
                     out = _with_latency(out, wl.name, _noted(compiled, choice.note))
                 continue
             self.latency_at[wl.name] = "callgrind"
-            out = _with_latency(out, wl.name, self._run_callgrind(wl, choice))
+            counted = self._run_callgrind(wl, choice)
+            if min(len(m.samples) for m in counted.values()) >= 2 or not _over_limit(counted):
+                out = _with_latency(out, wl.name, counted)
+                continue
+            # Stopped at its limit (a machine busier than the estimate assumed): the wall clock
+            # instead, where it is measured anyway, so that the review keeps its time.
+            note = (
+                f"wall-clock: callgrind was stopped at its limit of {callgrind_limit_s(choice):.0f} s "
+                f"(expected about {choice.estimate_s:.0f} s; the machine is busier than that estimate)"
+            )
+            self.notes[wl.name] = note
+            self.latency_at[wl.name] = where
+            if where == "compile probe":
+                out = _with_latency(out, wl.name, _noted(compiled, note))
         return out
 
     def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
@@ -726,7 +742,7 @@ class _Review:
             return run_probe(
                 spec,
                 python,
-                wl.timeout_s,
+                min(wl.timeout_s, callgrind_limit_s(choice)),
                 self.workdir,
                 tag=tag,
                 prefix=prefix,
@@ -1032,6 +1048,20 @@ def _with_latency(
             r = r.with_metrics(compiled.model_copy(update={"latency": measured[r.side]}))
         out.append(r)
     return out
+
+
+def callgrind_limit_s(choice: latency_runs.Choice) -> float:
+    """How long ``auto``'s callgrind processes may run: twice what it expected (a loaded machine
+    is slower), never less than what the budget allowed. ``callgrind`` asked for by name keeps the
+    workload's own time-out (its estimate is 0)."""
+    if choice.estimate_s <= 0:
+        return math.inf
+    return max(2 * choice.estimate_s, CALLGRIND_LIMIT_FLOOR_S)
+
+
+def _over_limit(counted: Mapping[Side, CompileLatency]) -> bool:
+    """Whether a side's callgrind process was stopped by its time-out."""
+    return any(f.startswith("timeout") for m in counted.values() for f in m.failures)
 
 
 def _noted(compiled: Mapping[str, CompileMetrics], note: str | None) -> dict[str, CompileLatency]:
