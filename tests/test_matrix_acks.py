@@ -433,7 +433,7 @@ def test_a_project_moves_a_categorys_findings_from_its_own_severity_and_says_so(
     got = {f.category: f for f in compare_workload(wl, config).findings}  # the recorded results, compared
     brk, ir = got["graph_break_added"], got["export_ir_changed"]
     assert brk.severity == "warning" and brk.message.endswith(
-        "(warning, not error: this project's matrix.graph_break_added.severity)"
+        "; a warning by this project's matrix.graph_break_added.severity, not an error"
     )
     assert brk.evidence["severity_by_default"] == "error"
     assert ir.severity == "error" and got["throughput_regression"].severity == "error"  # not named: as it was

@@ -138,6 +138,9 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
     return Comparison(with_project_severity(explain(findings), config), inconclusive, changes, latency)
 
 
+_ARTICLE = {"error": "an", "warning": "a", "info": "an"}
+
+
 def with_project_severity(findings: list[Finding], config: Config) -> list[Finding]:
     """A project's ``matrix.<category>.severity`` (perfcheck.yml, read from base): the findings
     at the category's own severity take the project's, saying so; those their comparator softened
@@ -156,8 +159,8 @@ def with_project_severity(findings: list[Finding], config: Config) -> list[Findi
             f.model_copy(
                 update={
                     "severity": to,
-                    "message": f"{f.message} ({to}, not {entry.severity}: this project's "
-                    f"matrix.{f.category}.severity)",
+                    "message": f"{f.message}; {_ARTICLE[to]} {to} by this project's "
+                    f"matrix.{f.category}.severity, not {_ARTICLE[entry.severity]} {entry.severity}",
                     "evidence": {**f.evidence, "severity_by_default": entry.severity},
                 }
             )
