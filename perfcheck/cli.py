@@ -15,6 +15,7 @@ from typing import Any
 
 from perfcheck import __version__
 from perfcheck.argtypes import positive
+from perfcheck.stopping import STOPS, Terminated, stop_name
 
 EXIT_BAD_INPUT = 2
 # Commands that run probes: Ctrl-C and SIGTERM end every process of theirs and say so in a line.
@@ -744,17 +745,13 @@ def _no_workflow_commands() -> Iterator[None]:
         print(f"::{token}::", flush=True)
 
 
-class _Terminated(Exception):
-    """SIGTERM, as KeyboardInterrupt is SIGINT."""
-
-
 def _stop(signum: int, frame: object) -> None:
     # Every process of the review ends here, before the exception unwinds through the thread pools,
     # whose shutdown would otherwise wait for every probe still running.
     from perfcheck.runner import reaper
 
     reaper.stop_all()
-    raise _Terminated if signum == signal.SIGTERM else KeyboardInterrupt
+    raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
 
 
 def _stopped(stop: BaseException) -> int:
@@ -762,9 +759,11 @@ def _stopped(stop: BaseException) -> int:
     from perfcheck.runner import reaper
 
     reaper.stop_all()
-    name, code = ("SIGTERM", 143) if isinstance(stop, _Terminated) else ("Ctrl-C", 130)
-    print(f"perfcheck: stopped by {name}: no result written", file=sys.stderr)
-    return code
+    name = stop_name(stop)
+    written = getattr(stop, "written", None)  # the review of what was measured before the stop
+    said = f"wrote what was measured before it: {written}" if written else "no result written"
+    print(f"perfcheck: stopped by {name}: {said}", file=sys.stderr)
+    return 143 if isinstance(stop, Terminated) else 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -777,7 +776,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with _no_workflow_commands():
             return int(args.func(args))
-    except (KeyboardInterrupt, _Terminated) as stop:
+    except STOPS as stop:
         return _stopped(stop)
     except BrokenPipeError:
         # The reader went away (`perfcheck trace diff --json | head`): stop quietly, as `cat`

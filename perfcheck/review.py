@@ -16,6 +16,7 @@ import sys
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from perfcheck import __version__, preflight
 from perfcheck.bisect_schema import BisectDoc
@@ -29,7 +30,7 @@ from perfcheck.config import (
     probe_names,
 )
 from perfcheck.core import bisect as bisect_search
-from perfcheck.core.compare import compare
+from perfcheck.core.compare import compare, verdict_of
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
@@ -37,8 +38,9 @@ from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.orchestrate import ReviewRun, SideSetup, run_review
-from perfcheck.schema import ProbeRun, Review, Shard, SideInfo, WorkloadReview
+from perfcheck.runner.orchestrate import ReviewRun, SideSetup, grouped, run_review
+from perfcheck.schema import ProbeResult, ProbeRun, Review, Shard, SideInfo, WorkloadReview
+from perfcheck.stopping import STOPS, stop_name
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}
 
@@ -223,39 +225,59 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     isolated = sandboxed()
     request.out_dir.mkdir(parents=True, exist_ok=True)
     budget = Budget(request.config.review.time_budget_s)
-    workloads = (
-        run_review(
-            ReviewRun(
-                base=SideSetup("base", base, base_python),
-                head=SideSetup("head", head, head_python),
-                config=request.config,
-                device=request.device,
-                workloads=mine,
-                probes=probes,
-                out_dir=request.out_dir,
-                jobs=request.jobs or default_jobs(request.device),
-                sandboxed=isolated,
-            ),
-            forks=forks,
-            budget=budget,
+    partial: list[ProbeResult] = []
+
+    def probe_run(workloads: list[WorkloadReview], **stop: Any) -> ProbeRun:
+        return ProbeRun(
+            tool_version=__version__,
+            shard=request.shard,
+            workload_set=[w.name for w in chosen],
+            base=SideInfo(tree=str(request.base), revision=git_revision(base)),
+            head=SideInfo(tree=str(request.head), revision=revision),
+            workloads=workloads,
+            config_origin=request.config_origin,  # type: ignore[arg-type]
+            program=request.program,
+            rerun=request.rerun,
+            # Read before the probes ran (config.read_settings): never the tree PR code has written to.
+            head_config=request.head_config if request.config_origin == "head" else None,
+            costs=budget.costs(),
+            **stop,
         )
-        if mine
-        else []
-    )
-    result = ProbeRun(
-        tool_version=__version__,
-        shard=request.shard,
-        workload_set=[w.name for w in chosen],
-        base=SideInfo(tree=str(request.base), revision=git_revision(base)),
-        head=SideInfo(tree=str(request.head), revision=revision),
-        workloads=workloads,
-        config_origin=request.config_origin,  # type: ignore[arg-type]
-        program=request.program,
-        rerun=request.rerun,
-        # Read before the probes ran (config.read_settings): never the tree PR code has written to.
-        head_config=request.head_config if request.config_origin == "head" else None,
-        costs=budget.costs(),
-    )
+
+    try:
+        workloads = (
+            run_review(
+                ReviewRun(
+                    base=SideSetup("base", base, base_python),
+                    head=SideSetup("head", head, head_python),
+                    config=request.config,
+                    device=request.device,
+                    workloads=mine,
+                    probes=probes,
+                    out_dir=request.out_dir,
+                    jobs=request.jobs or default_jobs(request.device),
+                    sandboxed=isolated,
+                ),
+                forks=forks,
+                budget=budget,
+                partial=partial,
+            )
+            if mine
+            else []
+        )
+    except STOPS as stop:
+        # What finished before the stop, kept: probes.json says it was stopped, and the review
+        # made of it (``run``) is inconclusive at best. Where nothing finished, nothing is written.
+        if not partial:
+            raise
+        stopped = probe_run(
+            grouped(mine, partial), stopped=stop_name(stop), stopped_after_s=round(budget.spent(), 1)
+        )
+        write_whole(request.out_dir / "probes.json", stopped.model_dump_json(indent=1))
+        stop.partial_run = stopped  # type: ignore[union-attr]
+        stop.written = f"{request.out_dir / 'probes.json'} ({len(partial)} probe results)"  # type: ignore[union-attr]
+        raise
+    result = probe_run(workloads)
     write_whole(request.out_dir / "probes.json", result.model_dump_json(indent=1))
     return result
 
@@ -404,12 +426,29 @@ def report(
     """``program``: how the review's commands start perfcheck, where the caller knows it (the
     process that ran the probes itself); else as ``rerun_of`` reads it from the shards."""
     workloads, base, head = merge_shards(runs)
-    check_complete(
-        workloads,
-        expected if expected is not None else expected_results(config),
-        may_add if may_add is not None else follow_up_results(config),
-    )
+    expected = expected if expected is not None else expected_results(config)
+    stopped = [r for _, r in runs if r.stopped is not None]
+    if not stopped:
+        check_complete(workloads, expected, may_add if may_add is not None else follow_up_results(config))
     review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
+    if stopped:
+        # A run stopped before its end (Ctrl-C, SIGTERM: a job's time limit) is what it measured
+        # before: its findings stand, and it passes nothing it did not measure.
+        found = {
+            (wl.name, r.probe, side)
+            for wl in workloads
+            for side in ("base", "head")
+            for r in getattr(wl, side)
+        }
+        first = stopped[0]
+        why = (
+            f"the review was stopped by {first.stopped} after {first.stopped_after_s or 0:.0f} s: "
+            f"{len(expected - found)} of the {len(expected)} probe results asked for were not made"
+        )
+        inconclusive = [why, *review.inconclusive]
+        review = review.model_copy(
+            update={"inconclusive": inconclusive, "verdict": verdict_of(review.findings, inconclusive)}
+        )
     costs = [r.costs for _, r in sorted(runs, key=lambda x: x[1].shard.index) if r.costs is not None]
     review = review.model_copy(update={"bisect": _bisected(runs, review), "costs": costs})
     # The folder as given: the review's commands name it the way its user typed it.
@@ -430,7 +469,7 @@ def report(
     write_whole(out_dir / "result.json", review.model_dump_json(indent=1))
     write_whole(out_dir / "comment.md", comment)
     heatmap = None
-    if config.history.enabled:
+    if config.history.enabled and not stopped:  # a stopped review's figures are no trend
         from perfcheck.core import history
 
         with contextlib.closing(history.open_store(Path(config.history.path))) as store:
@@ -462,15 +501,26 @@ def rerun_of(runs: list[tuple[str, ProbeRun]]) -> tuple[str, list[str]]:
 def run(request: ReviewRequest, forks: ForkServers | None = None) -> tuple[Review, str]:
     """Probe and report; ``forks``: fork servers kept across several reviews
     (perfcheck/runner/forkserver.py)."""
-    probed = probe(request, forks)
     scope = (request.config, request.workloads, request.probes)
-    return report(
-        [("probes.json", probed)],
-        request.config,
-        request.out_dir,
-        request.template_dir,
-        expected_results(*scope),
-        request.config_origin,
-        follow_up_results(*scope),
-        program=request.program,
-    )
+
+    def reported(probed: ProbeRun) -> tuple[Review, str]:
+        return report(
+            [("probes.json", probed)],
+            request.config,
+            request.out_dir,
+            request.template_dir,
+            expected_results(*scope),
+            request.config_origin,
+            follow_up_results(*scope),
+            program=request.program,
+        )
+
+    try:
+        probed = probe(request, forks)
+    except STOPS as stop:
+        stopped: ProbeRun | None = getattr(stop, "partial_run", None)
+        if stopped is not None:
+            review, _ = reported(stopped)
+            stop.written = f"{request.out_dir / 'result.json'} ({review.verdict})"  # type: ignore[union-attr]
+        raise
+    return reported(probed)

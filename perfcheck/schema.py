@@ -587,6 +587,11 @@ class ProbeRun(Strict):
         default=None, description="this shard's findings bisected along the PR's commits (probe --bisect)"
     )
     costs: ReviewCosts | None = None
+    stopped: Literal["Ctrl-C", "SIGTERM"] | None = Field(
+        default=None,
+        description="the run was stopped before its end: its workloads hold what finished before",
+    )
+    stopped_after_s: float | None = Field(default=None, ge=0, description="when, after its start")
 
 
 # -- `perfcheck trace summary|diff --json`: documents a script can rely on --------------------------

@@ -147,3 +147,25 @@ def test_report_refuses_results_that_lack_or_add_a_probe(
     assert "given twice: first/compile/base" in capsys.readouterr().err
     # asked for everything the config has, a compile-only set is incomplete
     assert main(["report", *config, "--out", str(tmp_path / "rep"), str(out)]) == 2
+
+
+def test_a_stopped_shard_is_what_it_measured_and_never_passes(tmp_path: Path) -> None:
+    """probes.json comes from the job that ran PR code: one that says it was stopped escapes the
+    completeness check only into an inconclusive review, which says what is missing."""
+    from perfcheck.config import parse_config
+    from perfcheck.review import report
+
+    config = parse_config(CONFIG, "perfcheck.yml")
+    names = ["first", "second", "third"]
+    name, run = _run(1, 1, names, names)
+    with pytest.raises(ShardError, match="missing"):
+        report([(name, run)], config, tmp_path / "whole")
+    stopped = run.model_copy(update={"stopped": "SIGTERM", "stopped_after_s": 42.0})
+    review, comment = report([(name, stopped)], config, tmp_path / "out")
+    assert review.verdict == "inconclusive" and review.findings == []
+    assert review.inconclusive[0] == (
+        "the review was stopped by SIGTERM after 42 s: 18 of the 18 probe results asked for were not made"
+    )
+    assert "stopped by SIGTERM after 42 s" in comment
+    with pytest.raises(ValueError, match="stopped"):
+        ProbeRun.model_validate({**stopped.model_dump(), "stopped": "; rm -rf /"})

@@ -42,6 +42,7 @@ from perfcheck.schema import (
     probe_metrics,
 )
 from perfcheck.spec import LatencyPlan, ProbeSpec, Walls, side_files
+from perfcheck.stopping import STOPS
 
 if TYPE_CHECKING:
     from perfcheck.runner.timing import PendingLatency
@@ -444,16 +445,34 @@ def run_review(
     progress_factory: Callable[[int], Progress] = Progress,
     forks: ForkServers | None = None,
     budget: Budget | None = None,
+    partial: list[ProbeResult] | None = None,
 ) -> list[WorkloadReview]:
     """Every probe of ``run``. ``forks``: fork servers a caller running several reviews keeps
     across them (else the review starts its own and ends them with it). ``budget``: the review's
     clock and books (a fresh one of ``review.time_budget_s`` if not given), for the caller to read
-    what was spent and cut."""
+    what was spent and cut. Stopped (Ctrl-C, SIGTERM), it adds the results that finished before
+    the stop to ``partial`` and lets the stop through."""
     budget = budget or Budget(run.config.review.time_budget_s)
     with contextlib.ExitStack() as stack:
         if forks is None:
             forks = stack.enter_context(ForkServers(run.out_dir.resolve() / "probes"))
-        return _Review(run, progress_factory, forks, budget).run()
+        review = _Review(run, progress_factory, forks, budget)
+        try:
+            return review.run()
+        except STOPS:
+            if partial is not None:  # what finished before the stop, for the caller to write
+                partial.extend(review.kept.values())
+            raise
+
+
+def grouped(workloads: list[WorkloadConfig], results: list[ProbeResult]) -> list[WorkloadReview]:
+    """The results by workload, in the run's order, each side's in the order they came."""
+    out = {wl.name: WorkloadReview(name=wl.name) for wl in workloads}
+    for r in results:
+        if r.workload in out:
+            review = out[r.workload]
+            out[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
+    return list(out.values())
 
 
 Item = tuple[WorkloadConfig, str, SideSetup]
@@ -493,6 +512,8 @@ class _Review:
         # other workloads' (perfcheck/runner/timing.py ``take_latency``), and what those are expected to cost.
         self.pending: list[PendingLatency] = []
         self.reserved_s = 0.0
+        # Every result as it finishes (the latest of each workload, probe and side).
+        self.kept: dict[tuple[str, str, str], ProbeResult] = {}
 
     def run(self) -> list[WorkloadReview]:
         from perfcheck.runner.timing import run_paired
@@ -525,7 +546,7 @@ class _Review:
             lead = self._tail_lead(futures, paired)
             try:
                 if lead is None:
-                    collected = self._structural(futures, pool)
+                    collected = self._keep(self._structural(futures, pool))
                 else:
                     # The first timed workload's workers set up while the last per-side probes end:
                     # set-up times nothing, and no pair is timed before those probes are through.
@@ -536,15 +557,15 @@ class _Review:
                     def finish() -> None:
                         whole.append(self._structural(futures, pool))
 
-                    out = self._timed(*lead, partial, run_paired, also_beside=finish)
+                    out = self._keep(self._timed(*lead, partial, run_paired, also_beside=finish))
                     rest = whole[0] if whole else self._structural(futures, pool)  # (timing skipped)
-                    collected = _rejoined(rest, partial, out, lead[0].name)
-                collected = self._callgrind_latency(collected)
+                    collected = self._keep(_rejoined(rest, partial, out, lead[0].name))
+                collected = self._keep(self._callgrind_latency(collected))
                 samples_s = {wl.name: self._samples_cost(wl, collected) for wl, _ in paired}
                 paired = lightest_last(paired, lambda item: samples_s[item[0].name])
                 for wl, probe in paired:
-                    collected = self._timed(wl, probe, collected, run_paired)
-                collected = self._take_pending(collected)
+                    collected = self._keep(self._timed(wl, probe, collected, run_paired))
+                collected = self._keep(self._take_pending(collected))
             finally:
                 for pending in self.pending:  # stopped on the way: their workers end with the review
                     pending.close()
@@ -553,11 +574,14 @@ class _Review:
         # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
         shutil.rmtree(workdir / "cache", ignore_errors=True)
         reaper.reap_orphans()
-        results = {wl.name: WorkloadReview(name=wl.name) for wl in run.workloads}
-        for r in collected:
-            review = results[r.workload]
-            results[r.workload] = review.model_copy(update={r.side: [*getattr(review, r.side), r]})
-        return list(results.values())
+        return grouped(run.workloads, collected)
+
+    def _keep(self, results: list[ProbeResult]) -> list[ProbeResult]:
+        """``results``, remembered as the latest of each (workload, probe, side): what a stop
+        leaves of the review."""
+        for r in results:
+            self.kept[(r.workload, r.probe, r.side)] = r
+        return results
 
     def _structural(
         self, futures: list[tuple[Item, Future[ProbeResult]]], pool: ThreadPoolExecutor
@@ -638,6 +662,7 @@ class _Review:
             result = result.with_metrics(compiled.model_copy(update={"from_base_cache": True}))
         step.done()
         task.finish(_outcome(result))
+        self._keep([result])
         return result
 
     def _compile_threads(self) -> dict[str, str]:
