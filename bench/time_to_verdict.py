@@ -16,9 +16,11 @@ keeps every record as JSON (docs/data/time_to_verdict/).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -126,7 +128,13 @@ def run_once(
             try:
                 code = proc.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, 9)
+                # As a job's time limit stops it: SIGTERM, so that the review writes what it
+                # measured before (which step held it, in result.json), then whatever is left.
+                os.kill(proc.pid, signal.SIGTERM)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=30)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 code = 124
             finally:
