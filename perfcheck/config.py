@@ -380,7 +380,7 @@ class Config(_Section):
 
         for category in v:
             if category not in categories():
-                raise ValueError(f"finding categories as keys; {category!r} is not one")
+                raise ValueError(f"finding categories as keys; {category!r} is not one{_closest(category)}")
         return v
 
     @field_validator("acks")
@@ -390,7 +390,7 @@ class Config(_Section):
 
         for ack in v:
             if ack.category not in categories():
-                raise ValueError(f"finding categories; {ack.category!r} is not one")
+                raise ValueError(f"finding categories; {ack.category!r} is not one{_closest(ack.category)}")
         return v
 
     @field_validator("workloads")
@@ -487,6 +487,14 @@ def _expectation(e: Any) -> str:
         return _TYPE_WORDS[e["type"]]
     msg = e["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
     return msg.replace(", unable to interpret input", "")
+
+
+def _closest(category: str) -> str:
+    """' (did you mean `recompile`?)' for a misspelt finding category, else ''."""
+    from perfcheck.schema import categories
+
+    close = difflib.get_close_matches(category, list(categories()), n=1, cutoff=0.6)
+    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 def _suggestion(key: str, loc: tuple[Any, ...], root: type[BaseModel] | None = None) -> str:

@@ -63,6 +63,12 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
         ("profile: 3", "profile: expected a mapping of settings (indented `key: value` lines) (got 3)"),
         ("budgets: {max_new_graph_breaks: -1}", "budgets.max_new_graph_breaks: expected"),
         ("budget: {}", "budget: unknown key"),
+        ("matrix: {recompiles: {severity: warning}}", "'recompiles' is not one (did you mean `recompile`?)"),
+        ("acks: [{category: graph_brek_added, reason: x}]", "is not one (did you mean `graph_break_added`?)"),
+        (
+            "matrix: {recompile: {severity: fatal}}",
+            "matrix.recompile.severity: expected 'error', 'warning' or",
+        ),
         ("- just\n- a list", "(top level): expected a mapping"),
         ("workloads: [unclosed", "not valid YAML"),
     ],
