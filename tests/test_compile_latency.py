@@ -228,12 +228,14 @@ def test_callgrind_repeats_within_2_percent_and_a_deeper_graph_is_named(
 
 
 @pytest.mark.skipif(not HAVE_VALGRIND, reason="valgrind (with callgrind.h) is not installed")
+@pytest.mark.parametrize("probes", [("compile",), ("compile", "timing")])
 def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples_count(
-    tmp_path: Path, review: ReviewFn, cold: None, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, review: ReviewFn, cold: None, monkeypatch: pytest.MonkeyPatch, probes: tuple[str, ...]
 ) -> None:
     """``auto`` takes callgrind on its estimate; on a machine busier than that estimate its
-    processes are stopped at twice the estimate, and the wall-clock compiles the compile probes
-    made anyway are the measure, saying why. (Here the estimate and the limit are told: a second.)"""
+    processes are stopped at twice the estimate, and the wall-clock compiles count instead: the
+    compile probes' (made anyway), or the timing pairs' (made after). (Here the estimate and the
+    limit are told: a second.)"""
     from perfcheck.runner import latency_runs, orchestrate
 
     monkeypatch.setattr(
@@ -241,7 +243,7 @@ def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples
     )
     monkeypatch.setattr(orchestrate, "CALLGRIND_LIMIT_FLOOR_S", 1.0)
     config = fast_config("  runs: 2\n")  # measure: auto, the default
-    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
+    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=probes)
     change = result.workloads[0].compile_latency
     assert change is not None and change.measure == "wall" and change.pairs == 2
     [head] = [r for r in result.workloads[0].head if r.probe == "compile"]

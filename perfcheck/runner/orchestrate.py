@@ -747,6 +747,9 @@ class _Review:
             self.latency_at[wl.name] = where
             if where == "compile probe":
                 out = _with_latency(out, wl.name, _noted(compiled, note))
+            else:  # the timing pairs make them: one more step of the plan
+                self.latency_owed.add(wl.name)
+                self.progress.total += 1
         return out
 
     def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
@@ -780,6 +783,11 @@ class _Review:
         n = min(len(m.samples) for m in measured.values())
         failed = [f for m in measured.values() for f in m.failures]
         outcome = f"{n} per side" if n else f"not measured: {failed[0] if failed else ''}"
+        if n < 2 and _over_limit(measured):
+            outcome = (
+                f"stopped at its limit of {callgrind_limit_s(choice):.0f} s (expected about "
+                f"{choice.estimate_s:.0f} s): the wall clock instead"
+            )
         step.done(outcome)
         task.finish(outcome)
         return measured
