@@ -441,9 +441,11 @@ def report(
             for r in getattr(wl, side)
         }
         first = stopped[0]
-        why = (
-            f"the review was stopped by {first.stopped} after {first.stopped_after_s or 0:.0f} s: "
-            f"{len(expected - found)} of the {len(expected)} probe results asked for were not made"
+        missing = len(expected - found)
+        why = f"the review was stopped by {first.stopped} after {first.stopped_after_s or 0:.0f} s: " + (
+            f"{missing} of the {len(expected)} probe results asked for were not made"
+            if missing
+            else "every probe result asked for was made; what comes after them (compile latency) was not"
         )
         inconclusive = [why, *review.inconclusive]
         review = review.model_copy(

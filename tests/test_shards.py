@@ -169,3 +169,26 @@ def test_a_stopped_shard_is_what_it_measured_and_never_passes(tmp_path: Path) ->
     assert "stopped by SIGTERM after 42 s" in comment
     with pytest.raises(ValueError, match="stopped"):
         ProbeRun.model_validate({**stopped.model_dump(), "stopped": "; rm -rf /"})
+    # Stopped after every probe result was made (in the compile-latency step that follows them).
+    from perfcheck.review import expected_results
+    from perfcheck.schema import ProbeResult
+
+    made = [
+        WorkloadReview(
+            name=n,
+            **{
+                side: [
+                    ProbeResult(probe=p, workload=n, side=side, status="skipped", duration_s=0.0)
+                    for w, p, s in sorted(expected_results(config))
+                    if w == n and s == side
+                ]
+                for side in ("base", "head")
+            },
+        )
+        for n in names
+    ]
+    late = stopped.model_copy(update={"workloads": made})
+    review, _ = report([(name, late)], config, tmp_path / "late")
+    assert review.verdict == "inconclusive" and review.inconclusive[0].endswith(
+        "every probe result asked for was made; what comes after them (compile latency) was not"
+    )
