@@ -137,7 +137,10 @@ def test_wall_clock_that_cannot_decide_says_so_in_its_row_and_leaves_the_verdict
 def test_auto_takes_callgrind_only_where_it_fits_and_says_why_not() -> None:
     auto = CompileConfig()
     # A small model under aot_eager: a first compile of half a second, about 44 s a side.
-    assert choose(auto, "cpu", True, 0.5).measure == "callgrind"
+    small = choose(auto, "cpu", True, 0.5)
+    assert small.measure == "callgrind"
+    # stopped, should a busy machine make it slower, at twice its estimate (at least the budget)
+    assert small.limit_s == max(2 * small.estimate_s, auto.callgrind_budget_s)
     assert choose(auto, "cuda", True, 1.0).measure == "wall"
     missing = choose(auto, "cpu", False, 1.0)
     assert missing.measure == "wall" and "valgrind is not installed" in (missing.note or "")
@@ -236,12 +239,10 @@ def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples
     processes are stopped at twice the estimate, and the wall-clock compiles count instead: the
     compile probes' (made anyway), or the timing pairs' (made after). (Here the estimate and the
     limit are told: a second.)"""
-    from perfcheck.runner import latency_runs, orchestrate
+    from perfcheck.runner import latency_runs
 
-    monkeypatch.setattr(
-        latency_runs, "choose", lambda *a, **k: latency_runs.Choice("callgrind", estimate_s=1.0)
-    )
-    monkeypatch.setattr(orchestrate, "CALLGRIND_LIMIT_FLOOR_S", 1.0)
+    told = latency_runs.Choice("callgrind", estimate_s=1.0, limit_s=2.0)
+    monkeypatch.setattr(latency_runs, "choose", lambda *a, **k: told)
     config = fast_config("  runs: 2\n")  # measure: auto, the default
     result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=probes)
     change = result.workloads[0].compile_latency

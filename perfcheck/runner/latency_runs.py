@@ -12,6 +12,7 @@ compile starts from empty caches of its own, whatever ``PERFCHECK_COMPILE_CACHE`
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -56,6 +57,13 @@ class Choice:
     measure: CompileMeasure
     note: str | None = None  # why it is not what was asked for
     estimate_s: float = 0.0  # callgrind's expected cost, both sides at once
+    # How long auto's callgrind processes may run before they are stopped and the wall clock
+    # counts instead: an estimate made from one fast compile cannot know the load that follows.
+    limit_s: float = math.inf
+
+    def limit_words(self) -> str:
+        """'stopped at its limit of 96 s (expected about 48 s)'."""
+        return f"stopped at its limit of {self.limit_s:.0f} s (expected about {self.estimate_s:.0f} s)"
 
 
 def estimated_callgrind_s(first_compile_s: float, runs: int) -> float:
@@ -88,7 +96,8 @@ def choose(
             f"wall-clock: callgrind would take about {cost:.0f} s, more than the {max(left_s, 0):.0f} s left "
             "of review.time_budget_s",
         )
-    return Choice("callgrind", estimate_s=cost)
+    # Twice the estimate (a loaded machine is slower), never less than the budget it fitted.
+    return Choice("callgrind", estimate_s=cost, limit_s=max(2 * cost, cfg.callgrind_budget_s))
 
 
 # (spec, side, tag, prefix, extra environment, a folder it writes) -> the process's result

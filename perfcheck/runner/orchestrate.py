@@ -8,7 +8,6 @@ result for that one probe, and the review goes on.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import shutil
 import signal
@@ -161,8 +160,6 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
 # the first: for test suites and repeated local runs, where the cache is not what is measured.
 # Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
 # is not measured (perfcheck/runner/latency_runs.py).
-# The least an ``auto`` callgrind step may run before it is stopped: compile.callgrind_budget_s's default.
-CALLGRIND_LIMIT_FLOOR_S = 60.0
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
@@ -734,14 +731,13 @@ class _Review:
                 continue
             self.latency_at[wl.name] = "callgrind"
             counted = self._run_callgrind(wl, choice)
-            if min(len(m.samples) for m in counted.values()) >= 2 or not _over_limit(counted):
+            if not _stopped_at_limit(counted):
                 out = _with_latency(out, wl.name, counted)
                 continue
             # Stopped at its limit (a machine busier than the estimate assumed): the wall clock
             # instead, where it is measured anyway, so that the review keeps its time.
             note = (
-                f"wall-clock: callgrind was stopped at its limit of {callgrind_limit_s(choice):.0f} s "
-                f"(expected about {choice.estimate_s:.0f} s; the machine is busier than that estimate)"
+                f"wall-clock: callgrind was {choice.limit_words()}; the machine is busier than that estimate"
             )
             self.notes[wl.name] = note
             self.latency_at[wl.name] = where
@@ -770,7 +766,7 @@ class _Review:
             return run_probe(
                 spec,
                 python,
-                min(wl.timeout_s, callgrind_limit_s(choice)),
+                min(wl.timeout_s, choice.limit_s),
                 self.workdir,
                 tag=tag,
                 prefix=prefix,
@@ -783,11 +779,8 @@ class _Review:
         n = min(len(m.samples) for m in measured.values())
         failed = [f for m in measured.values() for f in m.failures]
         outcome = f"{n} per side" if n else f"not measured: {failed[0] if failed else ''}"
-        if n < 2 and _over_limit(measured):
-            outcome = (
-                f"stopped at its limit of {callgrind_limit_s(choice):.0f} s (expected about "
-                f"{choice.estimate_s:.0f} s): the wall clock instead"
-            )
+        if _stopped_at_limit(measured):
+            outcome = f"{choice.limit_words()}: the wall clock instead"
         step.done(outcome)
         task.finish(outcome)
         return measured
@@ -1083,18 +1076,11 @@ def _with_latency(
     return out
 
 
-def callgrind_limit_s(choice: latency_runs.Choice) -> float:
-    """How long ``auto``'s callgrind processes may run: twice what it expected (a loaded machine
-    is slower), never less than what the budget allowed. ``callgrind`` asked for by name keeps the
-    workload's own time-out (its estimate is 0)."""
-    if choice.estimate_s <= 0:
-        return math.inf
-    return max(2 * choice.estimate_s, CALLGRIND_LIMIT_FLOOR_S)
-
-
-def _over_limit(counted: Mapping[Side, CompileLatency]) -> bool:
-    """Whether a side's callgrind process was stopped by its time-out."""
-    return any(f.startswith("timeout") for m in counted.values() for f in m.failures)
+def _stopped_at_limit(counted: Mapping[Side, CompileLatency]) -> bool:
+    """Whether callgrind's time-out (its choice's limit) stopped a side's process before it made
+    the two samples a comparison needs."""
+    short = min(len(m.samples) for m in counted.values()) < 2
+    return short and any(f.startswith("timeout") for m in counted.values() for f in m.failures)
 
 
 def _noted(compiled: Mapping[str, CompileMetrics], note: str | None) -> dict[str, CompileLatency]:
