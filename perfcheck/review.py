@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -148,11 +149,20 @@ def parse_shard(text: str) -> Shard:
     return Shard(index=int(index), count=int(count))
 
 
-def assemble(workloads: list[WorkloadReview], config: Config, base: SideInfo, head: SideInfo) -> Review:
+def assemble(
+    workloads: list[WorkloadReview],
+    config: Config,
+    base: SideInfo,
+    head: SideInfo,
+    undecided: Sequence[str] = (),
+) -> Review:
+    """The review of ``workloads``; ``undecided``: reasons besides the comparison's own that the
+    verdict cannot be a pass (a run stopped before its end)."""
     comparison = compare(workloads, config)
+    inconclusive = [*undecided, *comparison.inconclusive]
     draft = Review(
         tool_version=__version__,
-        verdict=comparison.verdict,
+        verdict=verdict_of(comparison.findings, inconclusive),
         summary="",
         base=base,
         head=head,
@@ -166,7 +176,7 @@ def assemble(workloads: list[WorkloadReview], config: Config, base: SideInfo, he
             for wl in workloads
         ],
         findings=comparison.findings,
-        inconclusive=comparison.inconclusive,
+        inconclusive=inconclusive,
     )
     return draft.model_copy(update={"summary": headline(draft)})
 
@@ -341,6 +351,26 @@ def merge_shards(runs: list[tuple[str, ProbeRun]]) -> tuple[list[WorkloadReview]
     return [by_name[n] for n in first.workload_set], first.base, first.head
 
 
+def result_keys(workloads: list[WorkloadReview]) -> list[tuple[str, str, str]]:
+    """(workload, probe, side) of every result the workloads hold, repeats included."""
+    return [
+        (wl.name, r.probe, side) for wl in workloads for side in ("base", "head") for r in getattr(wl, side)
+    ]
+
+
+def stop_words(
+    run: ProbeRun, workloads: list[WorkloadReview], expected: AbstractSet[tuple[str, str, str]]
+) -> str:
+    """Why a review of a run stopped before its end (Ctrl-C, SIGTERM: a job's time limit) decides
+    nothing it did not measure: when it stopped, and what it had not made by then."""
+    missing = len(expected - set(result_keys(workloads)))
+    return f"the review was stopped by {run.stopped} after {run.stopped_after_s or 0:.0f} s: " + (
+        f"{missing} of the {len(expected)} probe results asked for were not made"
+        if missing
+        else "every probe result asked for was made; what comes after them (compile latency) was not"
+    )
+
+
 def check_complete(
     workloads: list[WorkloadReview],
     expected: set[tuple[str, str, str]],
@@ -351,9 +381,7 @@ def check_complete(
     The results come from the job that ran PR code; what was asked for comes from the trusted
     config (and plan). A missing probe would pass what was never measured, an extra or repeated
     one could stand in for the real result."""
-    found: list[tuple[str, str, str]] = [
-        (wl.name, r.probe, side) for wl in workloads for side in ("base", "head") for r in getattr(wl, side)
-    ]
+    found = result_keys(workloads)
     repeated = sorted({k for k in found if found.count(k) > 1})
     # A follow-up probe (custom_ops, once export saw a custom op) may be there, on both sides or
     # neither: it adds findings and can stand in for nothing that was asked for.
@@ -427,30 +455,13 @@ def report(
     process that ran the probes itself); else as ``rerun_of`` reads it from the shards."""
     workloads, base, head = merge_shards(runs)
     expected = expected if expected is not None else expected_results(config)
-    stopped = [r for _, r in runs if r.stopped is not None]
-    if not stopped:
+    # A run stopped before its end is what it measured before: its findings stand, and it passes
+    # nothing it did not measure (the job that ran PR code says it stopped: never a way to a pass).
+    stopped = next((r for _, r in runs if r.stopped is not None), None)
+    if stopped is None:
         check_complete(workloads, expected, may_add if may_add is not None else follow_up_results(config))
-    review = acks.apply(assemble(workloads, config, base, head), acks.from_config(config.acks))
-    if stopped:
-        # A run stopped before its end (Ctrl-C, SIGTERM: a job's time limit) is what it measured
-        # before: its findings stand, and it passes nothing it did not measure.
-        found = {
-            (wl.name, r.probe, side)
-            for wl in workloads
-            for side in ("base", "head")
-            for r in getattr(wl, side)
-        }
-        first = stopped[0]
-        missing = len(expected - found)
-        why = f"the review was stopped by {first.stopped} after {first.stopped_after_s or 0:.0f} s: " + (
-            f"{missing} of the {len(expected)} probe results asked for were not made"
-            if missing
-            else "every probe result asked for was made; what comes after them (compile latency) was not"
-        )
-        inconclusive = [why, *review.inconclusive]
-        review = review.model_copy(
-            update={"inconclusive": inconclusive, "verdict": verdict_of(review.findings, inconclusive)}
-        )
+    undecided = [stop_words(stopped, workloads, expected)] if stopped is not None else []
+    review = acks.apply(assemble(workloads, config, base, head, undecided), acks.from_config(config.acks))
     costs = [r.costs for _, r in sorted(runs, key=lambda x: x[1].shard.index) if r.costs is not None]
     review = review.model_copy(update={"bisect": _bisected(runs, review), "costs": costs})
     # The folder as given: the review's commands name it the way its user typed it.
@@ -471,7 +482,7 @@ def report(
     write_whole(out_dir / "result.json", review.model_dump_json(indent=1))
     write_whole(out_dir / "comment.md", comment)
     heatmap = None
-    if config.history.enabled and not stopped:  # a stopped review's figures are no trend
+    if config.history.enabled and stopped is None:  # a stopped review's figures are no trend
         from perfcheck.core import history
 
         with contextlib.closing(history.open_store(Path(config.history.path))) as store:
