@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
 from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics, RankGraphs, findings
+from perfcheck.runner import sandbox
 from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
+from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.schema import ProbeResult
 
 # Six 512×512 layers: with 1 MB buckets each layer is its own bucket, so DDPOptimizer splits.
@@ -179,3 +186,56 @@ def test_the_ddp_section_reaches_the_worker_through_the_spec() -> None:
     sent = ProbeSpec(probe="ddp", side="base", tree=".", workload=wl, settings={"ddp": {"world_size": 3}})
     assert sent.section(DdpSettings).world_size == 3
     assert ProbeSpec(probe="ddp", side="base", tree=".", workload=wl).section(DdpSettings).world_size == 2
+
+
+# -- the user's path ------------------------------------------------------------------------------
+
+
+def users_environment() -> dict[str, str]:
+    """The environment a user's review has: no test-suite compile cache, the sandbox on."""
+    return {k: v for k, v in os.environ.items() if k not in (SHARED_CACHE_ENV, sandbox.DISABLE_ENV)}
+
+
+@pytest.mark.inductor
+def test_with_defaults_in_the_sandbox_ranks_that_compile_different_graphs_fail_the_review(
+    tmp_path: Path,
+) -> None:
+    # Issue 40: under inductor in the sandbox, torchrun's ranks found torch's default folder of
+    # precompiled headers read-only (the fork server's, shown to its children), every compiled
+    # variant failed on both sides, and the review passed. Here: the command a user runs, the
+    # default config but for which probe, the default caches, the sandbox on.
+    user_config = "workloads:\n  - {name: net, entry: model.py:build, probes: [ddp]}\n"
+    base = write_tree(
+        tmp_path / "base", {"model.py": MODEL.format(change="pass", prelude=""), "perfcheck.yml": user_config}
+    )
+    head = tree(tmp_path / "head", "x = x * 2 if torch.distributed.get_rank() == 1 else x")
+    assert sandbox.unavailable() is None, "this test is about the sandbox"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "perfcheck",
+            "review",
+            "--base",
+            str(base),
+            "--head",
+            str(head),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        env=users_environment(),
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    spec = json.loads((tmp_path / "out" / "probes" / "head-net-ddp.spec.json").read_text())
+    assert spec["compile"]["backend"] == "inductor" and spec["walls"] is not None
+    for side in ("base", "head"):
+        (ddp,) = result["workloads"][0][side]
+        errors = {v["variant"]: v["error"] for v in ddp["metrics"]["variants"] if v["error"]}
+        assert not errors, f"{side}: {errors}"
+    mismatches = [f for f in result["findings"] if f["category"] == "rank_graph_mismatch"]
+    assert mismatches and all(f["evidence"]["ranks"] == [1] for f in mismatches)

@@ -310,6 +310,7 @@ def _preimport() -> str | None:
     # The CPU compile not where a GPU is: on the H200 it initialized CUDA's driver
     # (bench/cuda_fork.py) and took 48-57 s, which every probe waits for.
     if not torch.cuda.device_count():  # through NVML (NVML_CHECK), which initializes nothing
+        _headers_of_the_server()
         _first_compile()
     _release_nvml()
     # Checked again: where NVML cannot answer, the count asks CUDA itself.
@@ -524,11 +525,39 @@ def _run(job: _Job) -> int:
     os.chdir(job.cwd)
     os.environ.clear()
     os.environ.update(job.env)
+    if job.sandbox is not None:
+        os.environ.update(sandbox.INSIDE_ENV)
     sys.argv = ["", *job.args]
     # As ``-m`` would: the module runs afresh as __main__ (its imports are the server's).
     sys.modules.pop(job.module, None)
     runpy.run_module(job.module, run_name="__main__", alter_sys=True)
     return 0
+
+
+# Beside torch's own folder of precompiled headers (``default_cache_dir()/precompiled_headers``),
+# never that folder itself: see ``_headers_of_the_server``.
+SERVER_HEADERS = "perfcheck-fork-server-headers"
+
+
+def _header_folders(codecache: Any, folder: str) -> None:
+    setattr(codecache, "_HEADER_DIR", folder)  # noqa: B010 (torch's private module globals)
+    setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(folder, "locks"))  # noqa: B010
+
+
+def _headers_of_the_server() -> None:
+    """The server's C++ precompiled headers (built by its first compile, used by every child) go
+    to a folder of perfcheck's beside torch's default one. A sandboxed child sees the server's
+    folder read-only at its path (its compiles name the headers in it), so were it torch's
+    default folder, every fresh process of that side (torchrun's ranks, a compile-latency run)
+    would find its default folder read-only and fail on the first lock Inductor takes there
+    (issue 40: every compiled DDP variant failed on both sides). Kept across reviews, as torch
+    keeps its own: a header is keyed by its compiler, flags and preprocessed content."""
+    codecache = sys.modules.get("torch._inductor.codecache")
+    if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
+        return
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    _header_folders(codecache, os.path.join(default_cache_dir(), SERVER_HEADERS))
 
 
 def _server_headers() -> str | None:
@@ -541,15 +570,16 @@ def _server_headers() -> str | None:
 
 
 def _own_headers() -> None:
-    """In a sandboxed child: a header of other flags than the server's is built in the side's own
-    /tmp, not in the server's folder, which the child sees read-only. A header is code compiled
-    into every kernel, so one side's processes never write a header the other side reads."""
+    """In a sandboxed child: a header of other flags than the server's is built where a fresh
+    process of its side builds one, torch's default folder in the side's own /tmp, not in the
+    server's folder, which the child sees read-only. A header is code compiled into every kernel,
+    so one side's processes never write a header the other side reads."""
     codecache = sys.modules.get("torch._inductor.codecache")
     if codecache is None or not hasattr(codecache, "_HEADER_DIR"):
         return
-    folder = os.path.join(tempfile.gettempdir(), "perfcheck-precompiled-headers")
-    setattr(codecache, "_HEADER_DIR", folder)  # noqa: B010 (torch's private module globals)
-    setattr(codecache, "_HEADER_LOCK_DIR", os.path.join(folder, "locks"))  # noqa: B010
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    _header_folders(codecache, os.path.join(default_cache_dir(), "precompiled_headers"))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -41,6 +41,7 @@ import socket
 import struct
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cache
@@ -60,6 +61,10 @@ MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the unified syscall table)
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+# A sandboxed process's temporary files go to its private /tmp, whatever TMPDIR the runner has:
+# torch writes its default caches, locks and precompiled headers under tempfile.gettempdir(), and
+# any other folder is read-only in the sandbox.
+INSIDE_ENV = {"TMPDIR": "/tmp"}
 
 
 class Unavailable(Exception):
@@ -266,12 +271,12 @@ def enter(view: View) -> None:
     # no longer be made writable or taken away, not even by root inside.
     _unshare(CLONE_NEWUSER | CLONE_NEWNS, "unshare (lock)")
     _map_ids(uid, gid)
+    os.environ.update(INSIDE_ENV)
+    tempfile.tempdir = None  # asked afresh: an earlier answer named a folder outside
 
 
 def _check_main() -> int:
     """``--check``: make a sandbox of a scratch folder and try its walls from inside."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="perfcheck-sandbox-check-") as root:
         scratch, hidden = Path(root, "scratch"), Path(root, "hidden")
         hidden.mkdir()
