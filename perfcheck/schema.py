@@ -36,9 +36,16 @@ TRACE_SCHEMA_VERSION: Final = 2
 
 # The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a
 # probe's process that crashed or hung (perfcheck/core/compare.py, for any probe) and what the
-# distributed probes share. Every other category is its probe's own, registered with the probe
-# (perfcheck/core/probes); a finding's category is checked against them all.
-SHARED_CATEGORIES = ("probe_crashed", "probe_timeout", "rank_graph_mismatch", "collective_drift")
+# distributed probes share (their variants that raised, too). Every other category is its
+# probe's own, registered with the probe (perfcheck/core/probes); a finding's category is
+# checked against them all.
+SHARED_CATEGORIES = (
+    "probe_crashed",
+    "probe_timeout",
+    "rank_graph_mismatch",
+    "collective_drift",
+    "variant_failed",
+)
 _REGISTERED: list[str] = []
 
 M = TypeVar("M", bound=BaseModel)

@@ -83,6 +83,23 @@ def _status_findings(
     return out
 
 
+def _not_measured(
+    wl: str, probe: str, b: ProbeResult, h: ProbeResult, found: list[Finding], why: list[str]
+) -> str | None:
+    """Why the verdict cannot be a pass where a side of ``probe`` did not finish and neither its
+    comparator nor the crash findings said anything that decides: a probe that did not run on a
+    side is never "unchanged" (issue 40). Head fixing what failed on base (torch refused base's
+    code, head's runs) is measured on head and needs no reason."""
+    if b.status == h.status == "ok" or (b.status == "failed" and h.status == "ok") or why:
+        return None
+    if any(f.severity == "error" and f.probe == probe for f in found):
+        return None  # decided: it fails
+    sides = [r for r in (b, h) if r.status != "ok"]
+    where = "either side" if len(sides) == 2 else sides[0].side
+    first = ((sides[-1].message or "").strip().splitlines() or [sides[-1].status])[0]
+    return f"{wl}/{probe}: not measured on {where} ({', '.join(r.status for r in sides)}): {first[:300]}"
+
+
 def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
     return {r.probe: r for r in results}
 
@@ -106,6 +123,7 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
     latency: dict[str, CompileLatencyChange] = {}
     for name in sorted(set(base) | set(head)):
         b, h = base.get(name), head.get(name)
+        said = len(findings), len(inconclusive)
         findings += _status_findings(wl.name, name, b, h, inconclusive)
         kind = probes.get(name)
         if b is None or h is None or kind is None or kind.compare is None:
@@ -135,6 +153,8 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
                 changes[wl.name] = got.timing
             if got.compile_latency is not None:
                 latency[wl.name] = got.compile_latency
+        unsaid = _not_measured(wl.name, name, b, h, findings[said[0] :], inconclusive[said[1] :])
+        inconclusive += [unsaid] if unsaid else []
     return Comparison(with_project_severity(explain(findings), config), inconclusive, changes, latency)
 
 

@@ -10,7 +10,16 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, entries_beside, settled, status_cell
+from perfcheck.core.probes.kind import (
+    VARIANT_FAILED,
+    Compared,
+    ProbeKind,
+    Row,
+    entries_beside,
+    failed_variants,
+    settled,
+    status_cell,
+)
 from perfcheck.schema import Finding, GraphBreak, ProbeResult, Strict, WorkloadReview, probe_metrics
 
 
@@ -211,8 +220,16 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(rows, bd, hd)
 
 
+def _errors(m: DdpMetrics) -> dict[str, str | None]:
+    return {v.variant: v.error for v in m.variants}
+
+
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
-    return Compared(findings(wl, base, head, config))
+    bm, hm = probe_metrics(base, DdpMetrics), probe_metrics(head, DdpMetrics)
+    if bm is None or hm is None:
+        return Compared(inconclusive=[f"{wl}/ddp: no DDP measurements to compare"])
+    failed = failed_variants(wl, "ddp", _errors(bm), _errors(hm))
+    return Compared(findings(wl, base, head, config) + failed.findings, failed.inconclusive)
 
 
 PROBE = ProbeKind(
@@ -223,7 +240,7 @@ PROBE = ProbeKind(
     settings=DdpSettings,
     metrics=DdpMetrics,
     run="perfcheck.runner.probes.ddp_probe:run",
-    raises=("rank_graph_mismatch", "collective_drift"),
+    raises=("rank_graph_mismatch", "collective_drift", VARIANT_FAILED),
     categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
     prior_s={"cpu": 60.0, "cuda": 120.0},  # several variants under torchrun
 )

@@ -24,7 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
-from perfcheck.core.probes.kind import Compared, ProbeKind, Row, settled, status_cell
+from perfcheck.core.probes.kind import (
+    VARIANT_FAILED,
+    Compared,
+    ProbeKind,
+    Row,
+    failed_variants,
+    settled,
+    status_cell,
+)
 from perfcheck.schema import Finding, GraphBreak, ProbeResult, SourceLocation, WorkloadReview
 
 Variant = Literal["eager", "compiled_layers", "compiled_model"]
@@ -567,6 +575,10 @@ def _ranks(wl: str, name: str, b: FsdpVariant | None, h: FsdpVariant) -> Finding
     )
 
 
+def _errors(m: FsdpMetrics) -> dict[str, str | None]:
+    return {v.variant: v.error for v in m.variants}
+
+
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
     b, h = _metrics(base), _metrics(head)
     if b is None or h is None:
@@ -592,7 +604,8 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     for same in drifts.values():
         drift = _drift(wl, ", ".join(n for n, _, _ in same), same[0][1], same[0][2], b, h)
         findings += [drift] if drift else []
-    return Compared(findings=findings)
+    failed = failed_variants(wl, "fsdp", _errors(b), _errors(h))
+    return Compared(findings=findings + failed.findings, inconclusive=failed.inconclusive)
 
 
 # -- the workload table -----------------------------------------------------------------------
@@ -695,7 +708,7 @@ PROBE = ProbeKind(
     settings=FsdpSettings,
     metrics=FsdpMetrics,
     run="perfcheck.runner.probes.fsdp_probe:run",
-    raises=("rank_graph_mismatch", "collective_drift"),
+    raises=("rank_graph_mismatch", "collective_drift", VARIANT_FAILED),
     # The shared categories as FSDP raises them: its units, not DDP's buckets.
     entries={
         "collective_drift": {

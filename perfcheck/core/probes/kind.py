@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -122,6 +122,8 @@ def entries_beside(descriptor: str) -> dict[str, Any]:
 
 # Findings perfcheck/core/compare.py raises for whichever probe's process crashed or hung.
 EVERY_PROBE = ("probe_crashed", "probe_timeout")
+# Raised (``failed_variants``) by the probes that run their workload several ways in one process.
+VARIANT_FAILED = "variant_failed"
 
 
 @dataclass(frozen=True)
@@ -212,6 +214,53 @@ def rejected_finding(
             **({"error_kind": kind} if (kind := getattr(metrics, "error_kind", None)) else {}),
         },
     )
+
+
+def failed_variants(
+    wl: str, probe: str, base: Mapping[str, str | None], head: Mapping[str, str | None]
+) -> Compared:
+    """The variants (ways a probe runs the workload in one process: DDP's ``compiled_ddp``, ...)
+    that raised on a side, by name -> error (None: it ran). Nothing that did not run is
+    "unchanged": failing on head only is an error; on both sides a warning and an inconclusive
+    review, since neither side measured what it stands for; on base only (head fixed it) an info
+    note. A variant only one side ran (another config) is neither."""
+    findings: list[Finding] = []
+    inconclusive: list[str] = []
+    for name in [n for n in head if n in base]:
+        b, h = base[name], head[name]
+        if b is None and h is None:
+            continue
+        error = h if h is not None else b
+        first = (error or "").strip().splitlines()[0][:300] if (error or "").strip() else "it raised"
+        severity: Literal["error", "warning", "info"]
+        if h is not None and b is not None:
+            severity, failed_on = "warning", "both sides"
+            message = f"{name} fails on both sides, so it measured nothing: {first}"
+            inconclusive.append(
+                f"{wl}/{probe}: {name} was measured on neither side: {first} "
+                f"(where it cannot run, leave it out of {probe}.variants)"
+            )
+        elif h is not None:
+            severity, failed_on, message = "error", "head", f"{name} fails on head (it runs on base): {first}"
+        else:
+            severity, failed_on, message = "info", "base", f"{name} runs on head (it fails on base: {first})"
+        findings.append(
+            Finding(
+                category=VARIANT_FAILED,
+                severity=severity,
+                workload=wl,
+                probe=probe,
+                message=message,
+                evidence={
+                    "variant": name,
+                    "side": "base" if failed_on == "base" else "head",
+                    "failed_on": failed_on,
+                    "error": (error or "")[:2000],
+                    **({"base_error": b[:2000]} if h is not None and b is not None and b != h else {}),
+                },
+            )
+        )
+    return Compared(findings, inconclusive)
 
 
 def status_cell(r: ProbeResult | None) -> str | None:
