@@ -97,7 +97,9 @@ def _not_measured(
     sides = [r for r in (b, h) if r.status != "ok"]
     where = "either side" if len(sides) == 2 else sides[0].side
     first = ((sides[-1].message or "").strip().splitlines() or [sides[-1].status])[0]
-    return f"{wl}/{probe}: not measured on {where} ({', '.join(r.status for r in sides)}): {first[:300]}"
+    hint = f"; where it cannot run, leave {probe} out of the workload's probes" if len(sides) == 2 else ""
+    statuses = ", ".join(dict.fromkeys(r.status for r in sides))
+    return f"{wl}/{probe}: not measured on {where} ({statuses}): {first[:300]}{hint}"
 
 
 def _by_probe(results: list[ProbeResult]) -> dict[str, ProbeResult]:
