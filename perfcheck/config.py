@@ -103,6 +103,10 @@ class BudgetsConfig(_Section):
     )
 
 
+# The most cache-cold compiles a side may make per workload (compile.runs): each costs a compile.
+COMPILE_RUNS_MAX = 20
+
+
 class CompileConfig(_Section):
     backend: str = "inductor"
     mode: str | None = None
@@ -113,7 +117,9 @@ class CompileConfig(_Section):
         "seconds, auto (callgrind on a CPU with valgrind where it fits callgrind_budget_s), or off "
         "(only the compile probe's own first compile, against budgets.compile_latency_s)",
     )
-    runs: int = Field(default=3, ge=2, le=20, description="cache-cold compiles measured per side")
+    runs: int = Field(
+        default=3, ge=2, le=COMPILE_RUNS_MAX, description="cache-cold compiles measured per side"
+    )
     rebuild_kernels: bool = Field(
         default=False,
         description="each measured compile also builds every kernel anew (gcc, Triton) on empty caches; "

@@ -9,6 +9,7 @@ that makes compiling 35 % slower is caught without the project knowing its numbe
 
 from __future__ import annotations
 
+import math
 from statistics import median
 from typing import Literal
 
@@ -101,3 +102,15 @@ def decide(
         warn=warn,
         stages=stages,
     )
+
+
+def pairs_to_decide(change: CompileLatencyChange) -> int | None:
+    """About how many pairs of compiles would settle an undecided change against its budget, were
+    the pairs to scatter as these did: the interval narrows as one over the square root of the
+    pairs, and it must shrink to the distance between the estimate and the budget. None where the
+    estimate sits on the budget (no number of pairs decides it)."""
+    half = (math.log(change.ratio_high) - math.log(change.ratio_low)) / 2
+    gap = abs(math.log(change.ratio) - math.log1p(change.budget_pct / 100))
+    if gap < 1e-6:
+        return None
+    return max(change.pairs + 1, math.ceil(change.pairs * (half / gap) ** 2))

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import Literal
 
-from perfcheck.config import Config
+from perfcheck.config import COMPILE_RUNS_MAX, Config
 from perfcheck.core import compile_latency, deltas
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import (
@@ -304,23 +305,37 @@ def _stage_words(change: CompileLatencyChange) -> str:
     )
 
 
-def _relative_finding(wl: str, change: CompileLatencyChange) -> Finding | None:
-    """Beyond the relative budget (the whole interval): an error; significant within it: a warning."""
-    if change.verdict != "fail" and not change.warn:
+def _relative_finding(wl: str, change: CompileLatencyChange, runs: int) -> Finding | None:
+    """Against the relative budget: the whole interval beyond it, an error; a significant slowdown
+    within it, a warning. Undecided (the interval straddles it) is never silent: a warning where
+    the estimate is beyond the budget or the slowdown significant, else an info note, each saying
+    what would decide it (``runs``: the compiles a side makes now, compile.runs)."""
+    if change.verdict == "pass" and not change.warn:
         return None
+    budget = f"{change.budget_pct:g} % budget"
+    severity: Literal["error", "warning", "info"] = "warning"
+    if change.verdict == "fail":
+        severity, against = "error", f"beyond the {budget}"
+    elif change.verdict == "pass":
+        against = f"significant, within the {budget}"
+    else:
+        beyond = change.change_pct > change.budget_pct
+        severity = "warning" if beyond or change.warn else "info"
+        against = (
+            f"undecided against the {budget}: the estimate is {'beyond' if beyond else 'within'} it "
+            f"and the interval reaches {'below' if beyond else 'beyond'} it; {_what_decides(change, runs)}"
+        )
     what = "instructions" if change.measure == "callgrind" else "wall-clock time"
-    where = "beyond" if change.verdict == "fail" else "significant, within"
     top = compile_latency.grew(change)
     return Finding(
         category="compile_latency_regression",
-        severity="error" if change.verdict == "fail" else "warning",
+        severity=severity,
         workload=wl,
         probe="compile",
         message=f"cache-cold compile {what} {latency_figure(change.base, change.measure)} → "
         f"{latency_figure(change.head, change.measure)}, "
         f"{deltas.interval(change.change_pct, change.low_pct, change.high_pct)} "
-        f"({change.confidence:.0%} CI, {change.pairs} pairs of compiles), {where} the "
-        f"{change.budget_pct:g} % budget{_stage_words(change)}",
+        f"({change.confidence:.0%} CI, {change.pairs} pairs of compiles), {against}{_stage_words(change)}",
         evidence={
             "measure": change.measure,
             "base": change.base,
@@ -330,8 +345,24 @@ def _relative_finding(wl: str, change: CompileLatencyChange) -> Finding | None:
             "budget_pct": change.budget_pct,
             "stage": top.stage if top else "",
             "stages": {st.stage: [st.base, st.head] for st in change.stages},
+            "undecided": change.verdict == "inconclusive",
         },
     )
+
+
+def _what_decides(change: CompileLatencyChange, runs: int) -> str:
+    """What would settle an undecided compile latency: more pairs where compile.runs allows them,
+    else instructions, which do not scatter with the machine's load."""
+    need = compile_latency.pairs_to_decide(change)
+    if need is None:
+        return "the estimate sits on the budget, where no number of pairs decides"
+    pairs = f"about {need} pairs would decide it (compile.runs: {need}, now {runs})"
+    if change.measure == "callgrind":
+        return pairs
+    counted = "instructions (compile.measure: callgrind) do not scatter with the machine's load"
+    if need <= COMPILE_RUNS_MAX:
+        return f"{pairs}, or {counted}"
+    return f"more pairs than compile.runs allows ({COMPILE_RUNS_MAX}) would be needed; {counted}"
 
 
 def _absolute_finding(
@@ -365,7 +396,7 @@ def _compile_latency(wl: str, base: CompileMetrics, head: CompileMetrics, config
     if compile_latency.unmeasured(base.latency, head.latency) is None:
         assert base.latency is not None and head.latency is not None
         change = compile_latency.decide(base.latency, head.latency, config.budgets, config.timing)
-        relative = _relative_finding(wl, change)
+        relative = _relative_finding(wl, change, config.compile.runs)
         findings += [relative] if relative else []
         # Only an instruction count's undecided interval holds the review's verdict back: it is
         # deterministic to ±0.3 %, so straddling the budget means a change near it. Cache-cold
