@@ -8,6 +8,7 @@ where valgrind is missing is bad input.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -18,6 +19,7 @@ import pytest
 from conftest import MODEL, ReviewFn, fast_config, model_tree, write_tree
 
 from perfcheck.config import CompileConfig, parse_config
+from perfcheck.core import compile_latency
 from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import rows as compile_rows
 from perfcheck.core.probes.kind import Row
@@ -458,6 +460,79 @@ def test_the_pairs_that_would_decide_narrow_the_interval_to_the_estimates_distan
             budget_pct=20.0, verdict="inconclusive", warn=False,
         )  # fmt: skip
 
-    # half-width log(1.54/1.10)/2 = 0.168, distance log(1.30/1.20) = 0.080: 3 × (0.168/0.080)² = 13.2
-    assert pairs_to_decide(change(1.30, 1.10, 1.54)) == 14
+    # Three pairs, half-width log(1.54/1.10)/2 = 0.168 with t(2) = 4.30: a spread of 0.068. The
+    # distance log(1.30/1.20) = 0.080; five pairs give t(4) 2.78 × 0.068 / √5 = 0.084, six 0.071.
+    assert pairs_to_decide(change(1.30, 1.10, 1.54)) == 6
     assert pairs_to_decide(change(1.20, 1.00, 1.44)) is None  # on the budget: nothing decides
+
+
+def _compiled(base: list[CompileSample], head: list[CompileSample]) -> dict[str, CompileMetrics]:
+    return {
+        side: CompileMetrics.model_validate(_result(side, samples, "wall").metrics)
+        for side, samples in (("base", base), ("head", head))
+    }
+
+
+def test_an_undecided_wall_clock_takes_rounds_of_pairs_until_it_decides_within_the_budget() -> None:
+    from perfcheck.runner import latency_more
+
+    config = parse_config("{}", "c.yml")
+    base = [_sample(1.0, 2.0, "wall"), _sample(1.0, 2.4, "wall"), _sample(1.0, 1.6, "wall")]
+    head = [_sample(1.0, 2.6, "wall"), _sample(1.0, 9.0, "wall"), _sample(1.0, 5.0, "wall")]
+    asked: list[tuple[str, int]] = []
+
+    def launch(side: str, compiles: int) -> ProbeResult:
+        # What a side's process would hand back: head's compiles steadily twice base's.
+        asked.append((side, compiles))
+        made = [_sample(1.0, 2.0 if side == "base" else 5.0, "wall") for _ in range(compiles)]
+        latency = CompileLatency(measure="wall", samples=made)
+        return ProbeResult(
+            probe="compile_latency", workload="w", side=side, status="ok", duration_s=1.0,
+            metrics={"latency": latency.model_dump(mode="json")},
+        )  # fmt: skip
+
+    notes: list[str] = []
+    got = latency_more.more_pairs(
+        _compiled(base, head), config, lambda: 600.0, launch, lambda line, _s: notes.append(line)
+    )
+    assert got is not None and got.latency is not None
+    n = len(got.latency["base"].samples)
+    assert n == len(got.latency["head"].samples) > 3
+    assert sorted(s for s, _ in asked) == ["base", "head"] * (len(asked) // 2)
+    assert got.said.endswith("decided") and notes[0].startswith("after 3 pairs +")
+    decided = compile_latency.decide(got.latency["base"], got.latency["head"], config.budgets, config.timing)
+    assert decided.verdict == "fail"
+    # No time left: no round, and why.
+    short = latency_more.more_pairs(_compiled(base, head), config, lambda: 1.0, launch)
+    assert short is not None and short.latency is None and "more than the 1 s left" in short.said
+    # Decided already: nothing to do.
+    assert latency_more.more_pairs(_compiled(base, base), config, lambda: 600.0, launch) is None
+
+
+@pytest.mark.inductor
+def test_with_defaults_on_a_busy_cpu_a_head_8_layers_deeper_gets_a_compile_latency_finding(
+    tmp_path: Path,
+) -> None:
+    """Issue 40's silent green, as a user meets it: the real command, the default config (inductor,
+    compile.measure auto), the sandbox and the default caches, `--probes compile`, while another
+    process spins on the CPU. The review must say that compiling got slower, whichever measure
+    decided (callgrind where it fits, else the wall clock and as many more pairs as it needs)."""
+    user_config = "workloads:\n  - {name: net, entry: model.py:build}\n"
+    base = write_tree(
+        tmp_path / "base", {"model.py": MODEL.replace("{change}", "pass"), "perfcheck.yml": user_config}
+    )
+    head = write_tree(tmp_path / "head", {"model.py": DEEPER})
+    env = {k: v for k, v in os.environ.items() if k not in (SHARED_CACHE_ENV, "PERFCHECK_SANDBOX")}
+    command = [sys.executable, "-m", "perfcheck", "review", "--base", str(base), "--head", str(head)]
+    command += ["--out", str(tmp_path / "out"), "--probes", "compile"]
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, check=False)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert done.returncode in (0, 1), done.stdout + done.stderr
+    result = json.loads((tmp_path / "out" / "result.json").read_text())
+    found = [f for f in result["findings"] if f["category"] == "compile_latency_regression"]
+    assert found and found[0]["severity"] in ("error", "warning"), done.stdout + done.stderr
+    assert "No findings" not in done.stdout

@@ -14,7 +14,7 @@ from statistics import median
 from typing import Literal
 
 from perfcheck.config import BudgetsConfig, TimingConfig
-from perfcheck.core.stats import budget_verdict, process_ratio, ratio_fields, worth_warning
+from perfcheck.core.stats import budget_verdict, process_ratio, ratio_fields, t_quantile, worth_warning
 from perfcheck.schema import (
     COMPILE_STAGES,
     CompileLatency,
@@ -104,13 +104,17 @@ def decide(
     )
 
 
-def pairs_to_decide(change: CompileLatencyChange) -> int | None:
+def pairs_to_decide(change: CompileLatencyChange, most: int = 1000) -> int | None:
     """About how many pairs of compiles would settle an undecided change against its budget, were
-    the pairs to scatter as these did: the interval narrows as one over the square root of the
-    pairs, and it must shrink to the distance between the estimate and the budget. None where the
-    estimate sits on the budget (no number of pairs decides it)."""
+    the pairs to scatter as these did: the smallest count whose Student t interval (its quantile
+    shrinking with the pairs too) is narrower than the distance between the estimate and the
+    budget. None where no count up to ``most`` would (an estimate on the budget)."""
+    n = change.pairs
+    quantile = 0.5 + change.confidence / 2
     half = (math.log(change.ratio_high) - math.log(change.ratio_low)) / 2
+    spread = half * math.sqrt(n) / t_quantile(quantile, n - 1)  # the pairs' standard deviation
     gap = abs(math.log(change.ratio) - math.log1p(change.budget_pct / 100))
-    if gap < 1e-6:
-        return None
-    return max(change.pairs + 1, math.ceil(change.pairs * (half / gap) ** 2))
+    for more in range(n + 1, most + 1):
+        if t_quantile(quantile, more - 1) * spread / math.sqrt(more) < gap:
+            return more
+    return None

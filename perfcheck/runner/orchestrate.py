@@ -25,8 +25,8 @@ from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_p
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import callgrind, channel, forkserver, latency_runs, reaper, sandbox
-from perfcheck.runner.budget import Budget, latency_estimate_s, lightest_last, prior, timing_estimate_s
+from perfcheck.runner import callgrind, channel, forkserver, latency_more, latency_runs, reaper, sandbox
+from perfcheck.runner.budget import Budget, Step, latency_estimate_s, lightest_last, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.schema import (
     CompileLatency,
@@ -563,6 +563,7 @@ class _Review:
                 for wl, probe in paired:
                     collected = self._keep(self._timed(wl, probe, collected, run_paired))
                 collected = self._keep(self._take_pending(collected))
+                collected = self._keep(self._more_latency(collected))
             finally:
                 for pending in self.pending:  # stopped on the way: their workers end with the review
                     pending.close()
@@ -746,6 +747,47 @@ class _Review:
             else:  # the timing pairs make them: one more step of the plan
                 self.latency_owed.add(wl.name)
                 self.progress.total += 1
+        return out
+
+    def _more_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
+        """More pairs of compiles where the wall clock left a workload's compile latency undecided
+        (perfcheck/runner/latency_more.py), within what is left of the review's budget."""
+        run, out = self.run_, list(collected)
+        sides = {"base": run.base, "head": run.head}
+        for wl in run.workloads:
+            compiled = _compiled_both(out, wl.name)
+            if compiled is None or self.latency_at[wl.name] is None:
+                continue
+
+            def launch(side: Side, compiles: int, wl: WorkloadConfig = wl) -> ProbeResult:
+                plan = LatencyPlan(measure="wall", compiles=compiles)
+                spec = probe_spec(run, wl, "compile", sides[side])
+                spec = spec.model_copy(update={"probe": "compile_latency", "latency": plan})
+                forks = self.forks if forkserver.times_forked(run.device) else None
+                return run_probe(
+                    spec, sides[side].python, wl.timeout_s, self.workdir, tag="-more", forks=forks
+                )
+
+            label = f"base ⇄ head · {wl.name} · compile latency, more pairs"
+            began: list[tuple[Task, Step]] = []  # the step, once a round starts
+
+            def note(line: str, expected_s: float, label: str = label, began: list = began) -> None:
+                if not began:
+                    self.progress.total += 1
+                    began.append((self.progress.begin(label), self.budget.begin(label, expected_s)))
+                began[0][0].note(line)
+
+            outcome = latency_more.more_pairs(compiled, run.config, self.budget.left, launch, note)
+            if outcome is None:
+                continue
+            if outcome.latency is None:
+                self.budget.cut(f"{wl.name}: compile latency: {outcome.said}")
+            else:
+                out = _with_latency(out, wl.name, _noted_more(outcome.latency, compiled, outcome.said))
+            for task, step in began:
+                step.expected_s = outcome.expected_s
+                step.done(outcome.said)
+                task.finish(outcome.said)
         return out
 
     def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
@@ -1073,6 +1115,18 @@ def _with_latency(
         if compiled is not None and r.side in measured:
             r = r.with_metrics(compiled.model_copy(update={"latency": measured[r.side]}))
         out.append(r)
+    return out
+
+
+def _noted_more(
+    latency: Mapping[Side, CompileLatency], compiled: Mapping[str, CompileMetrics], said: str
+) -> dict[Side, CompileLatency]:
+    """Each side's samples after more pairs, its note saying so after what it said already."""
+    out: dict[Side, CompileLatency] = {}
+    for side, m in latency.items():
+        was = compiled[side].latency
+        before = was.note if was is not None and was.note else None
+        out[side] = m.model_copy(update={"note": f"{before}; {said}" if before else said})
     return out
 
 
