@@ -17,6 +17,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from perfcheck import __version__
 from perfcheck.config import WorkloadConfig
@@ -188,6 +189,90 @@ def check_interpreter(python: str, flag: str, device: str) -> None:
             f"--device cuda: torch {found.get('torch')} under {python} sees no CUDA device "
             "(a CPU build of torch, or no GPU on this machine); use --device cpu"
         )
+
+
+# What a probe process's interpreter finds: its import path's folders and the top-level modules of
+# the workloads' ``package.module`` entries. Standard library only; it imports nothing of theirs.
+_SEES = (
+    "import importlib.util, json, os, sys\n"
+    "tops = json.loads(sys.argv[1])\n"
+    "def found(t):\n"
+    "    try:\n        return importlib.util.find_spec(t) is not None\n"
+    "    except (ImportError, ValueError):\n        return False\n"
+    "print(json.dumps({'path': [p for p in sys.path if p and os.path.isdir(p)], "
+    "'found': {t: found(t) for t in tops}}))\n"
+)
+
+
+def _sees(argv: list[str], cwd: Path, env: Mapping[str, str], flag: str) -> dict[str, Any]:
+    """What ``_SEES`` printed, run as ``argv``."""
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, cwd=cwd, env=dict(env), timeout=120, check=False,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SetupError(f"{flag}: the import check could not run ({err})") from None
+    try:
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        seen = None
+    if not isinstance(seen, dict):
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        raise SetupError(f"{flag}: the import check could not run ({last})")
+    return seen
+
+
+def hidden_reason(path: str, hidden: Iterable[str]) -> str:
+    """Why the sandbox hides ``path``, in words."""
+    if sandbox.holds("/tmp", path):
+        return "it lies under /tmp, and each side's sandbox has a /tmp of its own"
+    covering = next((h for h in hidden if sandbox.holds(h, path)), None)
+    return f"it lies in {covering}, which the sandbox hides" if covering else "the sandbox does not show it"
+
+
+def check_sandboxed_imports(
+    python: str,
+    flag: str,
+    tree: Path,
+    walls_json: str,
+    env: Mapping[str, str],
+    workloads: Iterable[WorkloadConfig],
+) -> None:
+    """The probes' view of imports, checked before any probe: the interpreter run as a probe is
+    (its environment, the side's tree as working directory), once outside and once behind the
+    side's walls. A folder on its import path, or a workload's top-level module, that it finds
+    outside and not inside is hidden by the sandbox (a PYTHONPATH entry or an editable install
+    under /tmp, say): every probe would fail with 'No module named …', so it is bad input, named."""
+    tops = sorted(
+        {
+            target.split(".")[0]
+            for wl in workloads
+            if wl.entry not in BUILTIN_WORKLOADS
+            and (target := wl.entry.rpartition(":")[0])
+            and not target.endswith(".py")
+            and "/" not in target
+        }
+    )
+    ask = [python, "-c", _SEES, json.dumps(tops)]
+    outside = _sees(ask, tree, env, flag)
+    inside = _sees(sandbox.command(walls_json, ask), tree, env, flag)
+    hidden = json.loads(walls_json).get("hidden", [])
+    seen = set(inside.get("path", []))
+    for folder in outside.get("path", []):
+        if folder not in seen:
+            raise SetupError(
+                f"{flag}: {folder} is on the probes' import path, but {hidden_reason(folder, hidden)}: "
+                "every probe of this side would fail to import from it (install it elsewhere, "
+                "outside /tmp and the review's folders)"
+            )
+    found_inside = inside.get("found", {})
+    for top, ok in outside.get("found", {}).items():
+        if ok and not found_inside.get(top):
+            raise SetupError(
+                f"{flag}: module {top!r} imports outside the sandbox but not inside: the folder it is "
+                "installed from is hidden (an editable install under /tmp, say; install it elsewhere)"
+            )
 
 
 def sandboxed(env: Mapping[str, str], unavailable: Callable[[], str | None]) -> tuple[bool, str | None]:

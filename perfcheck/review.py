@@ -39,7 +39,7 @@ from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.orchestrate import ReviewRun, SideSetup, grouped, run_review
+from perfcheck.runner.orchestrate import ReviewRun, SideSetup, grouped, probe_env, run_review, side_walls
 from perfcheck.schema import ProbeResult, ProbeRun, Review, Shard, SideInfo, WorkloadReview
 from perfcheck.stopping import STOPS, stop_name
 
@@ -213,6 +213,23 @@ def sandboxed() -> bool:
     return isolated
 
 
+def check_walls(run: ReviewRun) -> None:
+    """Each side's imports as its sandboxed probes will see them (preflight.check_sandboxed_imports),
+    before any probe: a folder the walls hide is bad input, named."""
+    for side in (run.base, run.head):
+        walls = side_walls(run, side)
+        if walls is None:
+            continue
+        flag = f"--{side.side}"
+        env = probe_env(run.out_dir.resolve() / "probes" / "cache" / f"{side.side}-preflight")
+        try:
+            preflight.check_sandboxed_imports(
+                side.python, flag, side.tree, walls.model_dump_json(), env, run.workloads
+            )
+        except preflight.SetupError as err:
+            raise UsageError(str(err)) from None
+
+
 def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     """Run this shard's probes on both sides and write OUT/probes.json."""
     base = check_tree(request.base, "--base")
@@ -234,6 +251,19 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
         raise UsageError(str(err)) from None
     isolated = sandboxed()
     request.out_dir.mkdir(parents=True, exist_ok=True)
+    run = ReviewRun(
+        base=SideSetup("base", base, base_python),
+        head=SideSetup("head", head, head_python),
+        config=request.config,
+        device=request.device,
+        workloads=mine,
+        probes=probes,
+        out_dir=request.out_dir,
+        jobs=request.jobs or default_jobs(request.device),
+        sandboxed=isolated,
+    )
+    if isolated and mine:
+        check_walls(run)
     budget = Budget(request.config.review.time_budget_s)
     partial: list[ProbeResult] = []
 
@@ -257,17 +287,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     try:
         workloads = (
             run_review(
-                ReviewRun(
-                    base=SideSetup("base", base, base_python),
-                    head=SideSetup("head", head, head_python),
-                    config=request.config,
-                    device=request.device,
-                    workloads=mine,
-                    probes=probes,
-                    out_dir=request.out_dir,
-                    jobs=request.jobs or default_jobs(request.device),
-                    sandboxed=isolated,
-                ),
+                run,
                 forks=forks,
                 budget=budget,
                 partial=partial,

@@ -159,3 +159,26 @@ def test_actions_refuses_a_review_without_a_sandbox_or_with_one_shared_cache() -
     isolated, warning = preflight.sandboxed({**actions, sandbox.DISABLE_ENV: "0"}, lambda: None)
     assert not isolated and warning is not None and "can change what base measures" in warning
     assert preflight.sandboxed(actions, lambda: None) == (True, None)
+
+
+@needs_sandbox
+def test_an_import_path_under_tmp_is_refused_before_any_probe_naming_the_folder(tmp_path: Path) -> None:
+    # Issue 40: a workload importable only from a PYTHONPATH folder under /tmp passed the
+    # pre-flight check, then every sandboxed probe failed with "No module named …" (each side's
+    # /tmp is its own). The check now imports as the probes do, behind the walls.
+    lib = write_tree(
+        tmp_path / "lib", {"tmp_only_pkg/__init__.py": "def build(device):\n    raise SystemExit\n"}
+    )
+    config = "workloads:\n  - {name: net, entry: tmp_only_pkg:build}\n"
+    base = write_tree(tmp_path / "base", {"perfcheck.yml": config})
+    head = write_tree(tmp_path / "head", {"perfcheck.yml": config})
+    env = {k: v for k, v in os.environ.items() if k != sandbox.DISABLE_ENV} | {"PYTHONPATH": str(lib)}
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "perfcheck", "review", "--base", str(base), "--head", str(head)]
+    done = subprocess.run(
+        [*command, "--out", str(out)], capture_output=True, text=True, env=env, timeout=300, check=False
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"--base: {lib} is on the probes' import path" in done.stderr
+    assert "under /tmp, and each side's sandbox has a /tmp of its own" in done.stderr
+    assert "Traceback" not in done.stderr and not list(out.glob("probes/*.log"))

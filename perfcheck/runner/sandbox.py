@@ -174,7 +174,7 @@ def _setattr(path: str, recursive: bool, read_only: bool) -> None:
     _check(result, f"mount_setattr {path}")
 
 
-def _holds(folder: str, path: str) -> bool:
+def holds(folder: str, path: str) -> bool:
     """Whether ``path`` is ``folder`` or lies inside it."""
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
@@ -192,7 +192,7 @@ def _build_mounts(view: View) -> None:
     # Never /tmp itself or a folder above it: that would put the machine's /tmp back in place of
     # the side's own (and make it writable with it).
     visible = [real(p) for p in view.visible if os.path.isdir(p)]
-    bound = [*writable, *(p for p in visible if not _holds(p, "/tmp"))]
+    bound = [*writable, *(p for p in visible if not holds(p, "/tmp"))]
     # Opened before anything covers them: a covered folder is bound back from its descriptor.
     fds = {p: os.open(p, os.O_PATH | os.O_DIRECTORY) for p in {*bound, real(view.scratch)}}
     moved = {
