@@ -224,17 +224,31 @@ def _sees(argv: list[str], cwd: Path, env: Mapping[str, str], flag: str) -> dict
 
 
 def hidden_reason(path: str, hidden: Iterable[str]) -> str:
-    """Why the sandbox hides ``path``, in words."""
+    """Why the sandbox hides ``path``, in words: the folder that covers it on purpose (the other
+    side's tree, the review's caches), else /tmp, which each side has of its own."""
+    covering = max((h for h in hidden if sandbox.holds(h, path)), key=len, default=None)
+    if covering is not None:
+        return f"it lies in {covering}, which the sandbox hides"
     if sandbox.holds("/tmp", path):
         return "it lies under /tmp, and each side's sandbox has a /tmp of its own"
-    covering = next((h for h in hidden if sandbox.holds(h, path)), None)
-    return f"it lies in {covering}, which the sandbox hides" if covering else "the sandbox does not show it"
+    return "the sandbox does not show it"
+
+
+def _counterpart(folder: str, other_tree: Path, tree: Path) -> str | None:
+    """``folder``'s place in ``tree`` where it lies in ``other_tree`` (each side's ``src``)."""
+    path = Path(folder)
+    return (
+        str(tree.resolve() / path.relative_to(other_tree.resolve()))
+        if path.is_relative_to(other_tree.resolve())
+        else None
+    )
 
 
 def check_sandboxed_imports(
     python: str,
     flag: str,
     tree: Path,
+    other_tree: Path,
     walls_json: str,
     env: Mapping[str, str],
     workloads: Iterable[WorkloadConfig],
@@ -243,7 +257,9 @@ def check_sandboxed_imports(
     (its environment, the side's tree as working directory), once outside and once behind the
     side's walls. A folder on its import path, or a workload's top-level module, that it finds
     outside and not inside is hidden by the sandbox (a PYTHONPATH entry or an editable install
-    under /tmp, say): every probe would fail with 'No module named …', so it is bad input, named."""
+    under /tmp, say): every probe would fail with 'No module named …', so it is bad input, named.
+    A folder of the other side's tree is the side's own where its counterpart in this side's tree
+    is on the path too (PYTHONPATH naming each side's ``src``): each side sees its own."""
     tops = sorted(
         {
             target.split(".")[0]
@@ -260,11 +276,11 @@ def check_sandboxed_imports(
     hidden = json.loads(walls_json).get("hidden", [])
     seen = set(inside.get("path", []))
     for folder in outside.get("path", []):
-        if folder not in seen:
+        if folder not in seen and _counterpart(folder, other_tree, tree) not in seen:
             raise SetupError(
                 f"{flag}: {folder} is on the probes' import path, but {hidden_reason(folder, hidden)}: "
-                "every probe of this side would fail to import from it (install it elsewhere, "
-                "outside /tmp and the review's folders)"
+                "every probe of this side would fail to import from it (put it outside both trees "
+                "and the review's output folder)"
             )
     found_inside = inside.get("found", {})
     for top, ok in outside.get("found", {}).items():

@@ -222,9 +222,10 @@ def check_walls(run: ReviewRun) -> None:
             continue
         flag = f"--{side.side}"
         env = probe_env(run.out_dir.resolve() / "probes" / "cache" / f"{side.side}-preflight")
+        other = run.head if side is run.base else run.base
         try:
             preflight.check_sandboxed_imports(
-                side.python, flag, side.tree, walls.model_dump_json(), env, run.workloads
+                side.python, flag, side.tree, other.tree, walls.model_dump_json(), env, run.workloads
             )
         except preflight.SetupError as err:
             raise UsageError(str(err)) from None

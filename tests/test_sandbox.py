@@ -162,23 +162,39 @@ def test_actions_refuses_a_review_without_a_sandbox_or_with_one_shared_cache() -
 
 
 @needs_sandbox
-def test_an_import_path_under_tmp_is_refused_before_any_probe_naming_the_folder(tmp_path: Path) -> None:
+def test_an_import_path_the_sandbox_hides_is_refused_before_any_probe_and_pythonpath_is_shown(
+    tmp_path: Path,
+) -> None:
     # Issue 40: a workload importable only from a PYTHONPATH folder under /tmp passed the
     # pre-flight check, then every sandboxed probe failed with "No module named …" (each side's
-    # /tmp is its own). The check now imports as the probes do, behind the walls.
-    lib = write_tree(
-        tmp_path / "lib", {"tmp_only_pkg/__init__.py": "def build(device):\n    raise SystemExit\n"}
-    )
+    # /tmp is its own). PYTHONPATH's folders are now shown to the probes read-only, and the check
+    # imports as the probes do, behind the walls: a folder they still cannot see (one inside the
+    # other side's tree) is bad input, named, before any probe.
+    lib = {"src/tmp_only_pkg/__init__.py": "def build(device):\n    raise SystemExit\n"}
     config = "workloads:\n  - {name: net, entry: tmp_only_pkg:build}\n"
-    base = write_tree(tmp_path / "base", {"perfcheck.yml": config})
+    base = write_tree(tmp_path / "base", {"perfcheck.yml": config, **lib})
     head = write_tree(tmp_path / "head", {"perfcheck.yml": config})
-    env = {k: v for k, v in os.environ.items() if k != sandbox.DISABLE_ENV} | {"PYTHONPATH": str(lib)}
+    env = {k: v for k, v in os.environ.items() if k != sandbox.DISABLE_ENV} | {
+        "PYTHONPATH": str(base / "src")
+    }
     out = tmp_path / "out"
     command = [sys.executable, "-m", "perfcheck", "review", "--base", str(base), "--head", str(head)]
     done = subprocess.run(
         [*command, "--out", str(out)], capture_output=True, text=True, env=env, timeout=300, check=False
     )
     assert done.returncode == 2, done.stdout + done.stderr
-    assert f"--base: {lib} is on the probes' import path" in done.stderr
-    assert "under /tmp, and each side's sandbox has a /tmp of its own" in done.stderr
+    said = f"--head: {base / 'src'} is on the probes' import path, but it lies in {base}, which the sandbox"
+    assert said in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and not list(out.glob("probes/*.log"))
+    # Under /tmp (this test's folder), outside both trees: shown to both sides' probes, which import
+    # the workload from it.
+    model = "import torch\ndef build(device):\n    return torch.nn.Linear(4, 2), (torch.randn(3, 4),)\n"
+    lib = write_tree(tmp_path / "lib", {"shown_pkg/__init__.py": model})
+    config = "workloads:\n  - {name: net, entry: shown_pkg:build}\n"
+    base, head = (write_tree(tmp_path / f"{side}2", {"perfcheck.yml": config}) for side in ("base", "head"))
+    command = [sys.executable, "-m", "perfcheck", "review", "--base", str(base), "--head", str(head)]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--probes", "export"],
+        capture_output=True, text=True, env=env | {"PYTHONPATH": str(lib)}, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -375,6 +375,17 @@ def interpreter_folders(python: str) -> list[Path]:
     return found
 
 
+def import_folders(python: str) -> list[Path]:
+    """The folders a probe process's interpreter imports from besides its install: PYTHONPATH's
+    (the probes inherit it), and where ``python`` is this interpreter, the path entries its site
+    packages add (an editable install's ``.pth``). Not this process's first entry, which is the
+    folder it was started from."""
+    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
+    if os.path.realpath(python) == os.path.realpath(sys.executable):
+        entries += sys.path[1:]
+    return [Path(e).resolve() for e in dict.fromkeys(entries) if os.path.isabs(e) and os.path.isdir(e)]
+
+
 def entry_folders(run: ReviewRun, tree: Path) -> list[Path]:
     """The folders of workload files a config names outside the tree (``../ci/bench.py:build``),
     which the side's processes must read."""
@@ -408,6 +419,11 @@ def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
     # the caches head's processes write is seen by base's.
     caches = () if side.side == "head" else (workdir / "cache",)
     hidden = (other.tree.resolve(), *caches, workdir / "scratch", workdir / "files")
+    # The folders the operator's environment imports from (PYTHONPATH, an editable install's
+    # path entry), read-only, where they lie outside what the walls hide on purpose.
+    visible += [
+        p for p in import_folders(side.python) if not any(sandbox.holds(str(h), str(p)) for h in hidden)
+    ]
     shared = os.environ.get(SHARED_CACHE_ENV)
     return Walls(
         scratch=str(workdir / "scratch" / side.side),
