@@ -21,6 +21,9 @@
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 #   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
+#   bench/h200.sh sandboxed                           -> $OUT/sandboxed/ (issue 40: the ddp and fsdp probes'
+#                                                        torchrun ranks in the default sandbox under inductor,
+#                                                        default config and caches, NCCL x1; every variant's outcome)
 #   bench/h200.sh fsdp                                -> $OUT/fsdp-*/ (the fsdp probe: A/A on the built-in
 #                                                        LLaMA decoders with NCCL x1 and gloo x2, and the test
 #                                                        decoder with a planted per-layer branch and unwrapped layer)
@@ -249,5 +252,22 @@ EOF2
     run planted /tmp/fp/base /tmp/fp/head /tmp/fsdp-planted.yml
     tar czf "$OUT/fsdp.tgz" -C "$OUT" $(cd "$OUT" && ls -d fsdp-*) && rm -rf "$OUT"/fsdp-*
     ;;
-  *) echo "usage: bench/h200.sh processes|suite|demo|action|distributed|sweep|fsdp ..." >&2; exit 2 ;;
+  sandboxed)
+    # The demo's classifier under ddp and the built-in tiny LLaMA under fsdp, one rank each (one
+    # GPU, NCCL), as a user's review runs them: the default config but for the probes and the world
+    # size, the sandbox on, the default caches, inductor.
+    rm -rf /tmp/s && mkdir -p /tmp/s && cp -r examples/demo/base /tmp/s/base && cp -r examples/demo/head /tmp/s/head
+    printf '%s\n' 'workloads:' '  - {name: classifier, entry: model.py:build, train: true, probes: [ddp]}' \
+      '  - {name: llama-tiny, entry: llama-tiny, train: true, probes: [fsdp]}' \
+      'ddp: {world_size: 1}' 'fsdp: {world_size: 1}' > /tmp/s/perfcheck.yml
+    start=$(date +%s)
+    python3 -m perfcheck review --base /tmp/s/base --head /tmp/s/head --config /tmp/s/perfcheck.yml \
+      --device cuda --out "$OUT/sandboxed" 2> "$OUT/sandboxed.log" > /dev/null
+    echo "sandboxed: exit code $? · wall $(( $(date +%s) - start )) s"
+    cat "$OUT/sandboxed.log"
+    python3 bench/variants.py "$OUT/sandboxed"
+    find "$OUT/sandboxed/probes" -type f ! -name '*.log' ! -name '*.spec.json' -delete 2>/dev/null
+    tar czf "$OUT/sandboxed.tgz" -C "$OUT" sandboxed && rm -rf "$OUT/sandboxed"
+    ;;
+  *) echo "usage: bench/h200.sh processes|suite|demo|action|distributed|sweep|fsdp|sandboxed ..." >&2; exit 2 ;;
 esac

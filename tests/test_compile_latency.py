@@ -274,7 +274,7 @@ def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples
     config = fast_config("  runs: 2\n")  # measure: auto, the default
     result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=probes)
     change = result.workloads[0].compile_latency
-    assert change is not None and change.measure == "wall" and change.pairs == 2
+    assert change is not None and change.measure == "wall" and change.pairs >= 2
     [head] = [r for r in result.workloads[0].head if r.probe == "compile"]
     note = head.metrics_as(CompileMetrics).latency.note  # type: ignore[union-attr]
     assert note is not None and note.startswith("wall-clock: callgrind was stopped at its limit of 2 s"), note
@@ -293,9 +293,14 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
         model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile", "timing")
     )
     probes_dir = tmp_path / "out" / "probes"
-    assert not list(probes_dir.glob("*compile_latency*"))  # no process of its own
+    # No process of its own for the first look's pairs; an undecided first look buys more pairs, a
+    # round at a time, each round a process a side (perfcheck/runner/latency_more.py).
+    assert all(
+        p.name.split("-", 2)[2].startswith("compile_latency-more")
+        for p in probes_dir.glob("*compile_latency*")
+    )
     change = result.workloads[0].compile_latency
-    assert change is not None and change.measure == "wall" and change.pairs == 2
+    assert change is not None and change.measure == "wall" and change.pairs >= 2
     results = result.workloads[0].base + result.workloads[0].head
     timing = {r.side: r.metrics_as(TimingMetrics) for r in results if r.probe == "timing"}
     for side in ("base", "head"):
@@ -304,9 +309,10 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
         assert all("latency" not in p.phases_s for p in processes[2:])
     for side in (result.workloads[0].base[0], result.workloads[0].head[0]):
         samples = side.metrics_as(CompileMetrics).latency.samples  # type: ignore[union-attr]
-        assert len(samples) == 2 and all(s.instructions is None and s.stages_s["dynamo"] > 0 for s in samples)
+        assert len(samples) == change.pairs
+        assert all(s.instructions is None and s.stages_s["dynamo"] > 0 for s in samples)
     comment = (tmp_path / "out" / "comment.md").read_text()
-    assert "compile latency (wall clock, 2 cache-cold per side) · decides" in comment
+    assert f"compile latency (wall clock, {change.pairs} cache-cold per side) · decides" in comment
     assert (
         "| · Dynamo |" in comment
         and "first compile of a process (aot\\_eager, one run each) · context" in comment
@@ -348,7 +354,7 @@ def test_several_workloads_make_their_samples_together_after_their_timing(
         [head] = [r.metrics_as(CompileMetrics) for r in workload.head if r.probe == "compile"]
         assert head.from_base_cache, workload.name
         change = workload.compile_latency
-        assert change is not None and change.measure == "wall" and change.pairs == 2, workload.name
+        assert change is not None and change.measure == "wall" and change.pairs >= 2, workload.name
         [timed] = [r.metrics_as(TimingMetrics) for r in workload.base if r.probe == "timing"]
         assert [("latency" in p.phases_s) for p in timed.processes[:2]] == [True, True]
     steps = {s.step: s for c in result.costs for s in c.steps}
@@ -379,7 +385,7 @@ def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_se
     assert not [f for f in result.findings if f.category != "compile_latency_regression"], result.findings
     for workload in result.workloads:
         change = workload.compile_latency
-        assert change is not None and change.measure == "wall" and change.pairs == 2, workload.name
+        assert change is not None and change.measure == "wall" and change.pairs >= 2, workload.name
     steps = {s.step: s for c in result.costs for s in c.steps}
     assert "base ⇄ head · net, twin · compile latency" not in steps
     assert steps["base ⇄ head · net · compile latency"].spent_s
@@ -428,7 +434,7 @@ def test_without_timing_the_compile_probe_makes_the_cold_compiles(
     config = fast_config("  measure: wall\n  runs: 2\n")
     result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
     change = result.workloads[0].compile_latency
-    assert change is not None and change.measure == "wall" and change.pairs == 2
+    assert change is not None and change.measure == "wall" and change.pairs >= 2
     [head] = [r for r in result.workloads[0].head if r.probe == "compile"]
     assert head.metrics_as(CompileMetrics).from_base_cache  # what base compiled, read
     assert result.verdict == "pass"

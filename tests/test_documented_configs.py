@@ -84,5 +84,5 @@ def test_the_readme_reference_runs_a_review_with_compile_latency(
     }
     [base_compile] = [r for r in wl.base if r.probe == "compile"]
     latency = base_compile.metrics_as(CompileMetrics).latency
-    assert latency is not None and len(latency.samples) == 2
-    assert "compile latency (wall clock, 2 cache-cold per side)" in comment
+    assert latency is not None and len(latency.samples) >= 2  # more where two did not decide
+    assert f"compile latency (wall clock, {len(latency.samples)} cache-cold per side)" in comment

@@ -72,17 +72,31 @@ def estimated_callgrind_s(first_compile_s: float, runs: int) -> float:
 
 
 def choose(
-    cfg: CompileConfig, device: str, have_valgrind: bool, first_compile_s: float, left_s: float | None = None
+    cfg: CompileConfig,
+    device: str,
+    have_valgrind: bool,
+    first_compile_s: float,
+    left_s: float | None = None,
+    slower_than_estimated: str | None = None,
 ) -> Choice:
     """The measure of one workload. ``callgrind`` asked for explicitly was checked before the review
     (preflight); ``auto`` takes it on a CPU with valgrind where its estimated cost fits both
-    ``compile.callgrind_budget_s`` and ``left_s``, what is left of the review's time budget."""
+    ``compile.callgrind_budget_s`` and ``left_s``, what is left of the review's time budget, and
+    not once callgrind has run past its limit in this review (``slower_than_estimated``: for which
+    workload): an estimate made the same way would not hold either, and workloads of one review
+    are then measured alike."""
     if cfg.measure in ("wall", "callgrind"):
         return Choice(cfg.measure)
     if device != "cpu":
         return Choice("wall")
     if not have_valgrind:
         return Choice("wall", "wall-clock: valgrind is not installed")
+    if slower_than_estimated is not None:
+        return Choice(
+            "wall",
+            f"wall-clock: callgrind ran past its limit for {slower_than_estimated} in this review, "
+            "so this machine is slower than its estimates",
+        )
     cost = estimated_callgrind_s(first_compile_s, cfg.runs)
     if cost > cfg.callgrind_budget_s:
         return Choice(

@@ -221,19 +221,21 @@ def run_module(
     prefix: Sequence[str] = (),
     forks: ForkServers | None = None,
     walls: Walls | None = None,
+    deadline: float | None = None,
 ) -> Ended:
     """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
     fork server of ``forks`` where one serves (perfcheck/runner/forkserver.py), else a fresh process. When it
     ends, at its time limit or by itself, its process group is killed and every orphan it left is
     reaped (perfcheck/runner/reaper.py); only then is its result channel read. With ``walls``, it runs in
-    that sandbox (perfcheck/runner/sandbox.py), forked or fresh."""
+    that sandbox (perfcheck/runner/sandbox.py), forked or fresh. ``deadline`` (monotonic): its time
+    limit ends there at the latest, however long a fork server took to start before it."""
     with log_path.open("wb") as log, channel.open_channel() as result:
         child = None
         if forks is not None and not prefix:
             args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
             child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno(), walls)
         if child is not None:
-            return _ended_child(child, timeout_s, result)
+            return _ended_child(child, _until(timeout_s, deadline), result)
         argv = [*prefix, python, "-m", module, str(spec_path), channel.argument(result)]
         with reaper.spawning() as ours:
             proc = subprocess.Popen(
@@ -248,7 +250,7 @@ def run_module(
             )
             ours(proc.pid)
         try:
-            code: int | None = proc.wait(timeout=timeout_s)
+            code: int | None = proc.wait(timeout=_until(timeout_s, deadline))
         except subprocess.TimeoutExpired:
             code = None
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -257,6 +259,11 @@ def run_module(
         reaper.finished(proc.pid)
         reaper.reap_orphans()
         return Ended(code, channel.read_back(result))
+
+
+def _until(timeout_s: float, deadline: float | None) -> float:
+    # At least a moment: a socket given no time at all would not wait (EAGAIN), it would fail.
+    return timeout_s if deadline is None else max(0.01, min(timeout_s, deadline - time.monotonic()))
 
 
 def behind_walls(argv: list[str], walls: Walls | None) -> list[str]:
@@ -296,6 +303,7 @@ def run_probe(
     extra_env: dict[str, str] | None = None,
     forks: ForkServers | None = None,
     writable: Sequence[Path] = (),
+    deadline: float | None = None,
 ) -> ProbeResult:
     """Run one probe in a process of its own (forked from one of ``forks``' servers where one
     serves); never raises for anything the probe does. ``tag`` tells apart the logs of several
@@ -326,6 +334,7 @@ def run_probe(
             prefix,
             forks,
             walls,
+            deadline,
         )
     code = ended.code
     if ended.lost is not None:
@@ -333,6 +342,10 @@ def run_probe(
         return _failed(spec, "crashed", f"{ended.lost}\n{tail}".strip(), time.monotonic() - start)
     if code is None:
         message = f"no result after {timeout_s:g} s; the process was killed"
+        if deadline is not None and time.monotonic() >= deadline:
+            message = (
+                f"no result by its deadline, after {time.monotonic() - start:.0f} s; the process was killed"
+            )
         return _failed(spec, "timeout", message, time.monotonic() - start)
     duration = time.monotonic() - start
     tail = log_tail(log_path)
@@ -527,6 +540,9 @@ class _Review:
         self.reserved_s = 0.0
         # Every result as it finishes (the latest of each workload, probe and side).
         self.kept: dict[tuple[str, str, str], ProbeResult] = {}
+        # The workload whose callgrind processes ran past their limit, once one has: this machine
+        # is slower than callgrind's estimates, so auto takes the wall clock for the rest.
+        self.callgrind_overran: str | None = None
 
     def run(self) -> list[WorkloadReview]:
         from perfcheck.runner.timing import run_paired
@@ -655,12 +671,23 @@ class _Review:
             # Its cold compile fills the cache the timing probe's processes of this side start from;
             # head's waits here for base's (its cost starts after).
             cache, from_base = self._compile_cache(wl, side.side)
-        step = self.budget.begin(label, self._expected(wl, probe, side.side))
+        expected = self._expected(wl, probe, side.side)
+        left = self.budget.left()
+        if left < expected:
+            why = (
+                f"not run: it is expected to take about {expected:.0f} s, more than the "
+                f"{max(left, 0):.0f} s left of review.time_budget_s ({self.budget.total_s:g} s)"
+            )
+            return self._cut(item, label, expected, why)
+        step = self.budget.begin(label, expected)
         task = self.progress.begin(label)
         spec = probe_spec(self.run_, wl, probe, side)
         if probe == "compile" and self.latency_at[wl.name] == "compile probe":
             plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
             spec = spec.model_copy(update={"latency": plan})
+        # Never past the review's budget: a probe still running when it is spent is stopped there,
+        # and says so (not run to its end), rather than a probe that hung.
+        deadline = self.budget.deadline()
         result = run_probe(
             spec,
             side.python,
@@ -669,13 +696,32 @@ class _Review:
             cache,
             extra_env=self._compile_threads(),
             forks=self.forks,
+            deadline=deadline,
         )
         reaper.check_stopping()  # killed by a stop (Ctrl-C, SIGTERM): not a crash to report
+        if result.status == "timeout" and time.monotonic() >= deadline:
+            total = self.budget.total_s
+            why = (
+                f"stopped after {result.duration_s:.0f} s, when review.time_budget_s ({total:g} s) was spent"
+            )
+            result = result.model_copy(update={"status": "skipped", "message": why})
+            self.budget.cut(f"{label}: {why}")
         compiled = probe_metrics(result, CompileMetrics)
         if from_base and compiled is not None:
             result = result.with_metrics(compiled.model_copy(update={"from_base_cache": True}))
         step.done()
         task.finish(_outcome(result))
+        self._keep([result])
+        return result
+
+    def _cut(self, item: Item, label: str, expected: float, why: str) -> ProbeResult:
+        """A per-side probe that does not run: the review's budget cannot pay for it."""
+        wl, probe, side = item
+        self.budget.skip(label, expected, why)
+        self.progress.begin(label).finish(why)  # a step of the plan, counted, that did not run
+        result = ProbeResult(
+            probe=probe, workload=wl.name, side=side.side, status="skipped", duration_s=0.0, message=why
+        )
         self._keep([result])
         return result
 
@@ -690,11 +736,15 @@ class _Review:
         return {"TORCHINDUCTOR_COMPILE_THREADS": str(max(4, len(os.sched_getaffinity(0)) // run.jobs))}
 
     def _expected(self, wl: WorkloadConfig, probe: str, side: str) -> float:
-        """A per-side probe's expected cost: base's own where it ran already, else the prior."""
+        """A per-side probe's expected cost: what the other side's run of it took where it
+        finished (base's compile, which head's waits for), else the prior."""
         if side == "head" and probe == "compile" and wl.name in self.base_compiles:
             done = self.base_compiles[wl.name]
             if done.done() and not done.cancelled() and done.exception() is None:
                 return done.result().duration_s
+        other = self.kept.get((wl.name, probe, "head" if side == "base" else "base"))
+        if other is not None and other.status == "ok":
+            return other.duration_s
         return prior(probe, self.run_.device)
 
     def _shares(self, wl: WorkloadConfig) -> bool:
@@ -730,7 +780,9 @@ class _Review:
             compiled = _compiled_both(out, wl.name)
             if where is None or compiled is None:
                 continue
-            first_s = compiled["base"].cold_compile_s
+            # The heavier side's first compile: both sides' processes run at once, and the review
+            # waits for the slower (a head 8 layers deeper took 2.5 times base's under callgrind).
+            first_s = max(m.cold_compile_s for m in compiled.values())
             reserve = self._timing_estimate(wl, out) if where == "timing" else 0.0
             have_valgrind = callgrind.valgrind() is not None
             choice = latency_runs.choose(
@@ -739,6 +791,7 @@ class _Review:
                 have_valgrind,
                 first_s,
                 self.budget.left() - reserve,
+                slower_than_estimated=self.callgrind_overran,
             )
             if choice.note:
                 self.notes[wl.name] = choice.note
@@ -752,7 +805,9 @@ class _Review:
                 out = _with_latency(out, wl.name, counted)
                 continue
             # Stopped at its limit (a machine busier than the estimate assumed): the wall clock
-            # instead, where it is measured anyway, so that the review keeps its time.
+            # instead, where it is measured anyway, so that the review keeps its time; and for
+            # the review's other workloads too, whose estimates are made the same way.
+            self.callgrind_overran = wl.name
             note = (
                 f"wall-clock: callgrind was {choice.limit_words()}; the machine is busier than that estimate"
             )
@@ -824,7 +879,7 @@ class _Review:
             return run_probe(
                 spec,
                 python,
-                min(wl.timeout_s, choice.limit_s),
+                min(wl.timeout_s, choice.limit_s, max(self.budget.left(), 1.0)),
                 self.workdir,
                 tag=tag,
                 prefix=prefix,
