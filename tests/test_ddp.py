@@ -239,3 +239,15 @@ def test_with_defaults_in_the_sandbox_ranks_that_compile_different_graphs_fail_t
         assert not errors, f"{side}: {errors}"
     mismatches = [f for f in result["findings"] if f["category"] == "rank_graph_mismatch"]
     assert mismatches and all(f["evidence"]["ranks"] == [1] for f in mismatches)
+
+
+def test_the_ranks_error_is_the_exceptions_line_not_a_source_line_that_names_it() -> None:
+    from perfcheck.runner.torchrun import first_error
+
+    output = """[rank0]:   File "torch/_library/autograd.py", line 84, in backward
+[rank0]:     raise RuntimeError(
+[rank0]: RuntimeError: Trying to backward through ns.op.default but no autograd formula was registered.
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+"""
+    assert first_error(output).startswith("RuntimeError: Trying to backward through ns.op.default")
+    assert first_error("no error here") == "see the probe log"

@@ -6,6 +6,7 @@ result into the run's folder; the ranks' output goes into the calling probe's lo
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tempfile
@@ -13,12 +14,16 @@ from pathlib import Path
 
 from perfcheck.spec import ProbeSpec
 
+# A traceback's last line: an exception's (dotted) name, then its message.
+_ERROR_LINE = re.compile(r"[A-Za-z_][\w.]*(Error|Exception|Interrupt|Exit)\b(: .*)?$")
+
 
 def first_error(output: str) -> str:
-    """The rank's own error line (`SomeError: ...`), not torchrun's summary around it."""
+    """The rank's own error line (`SomeError: ...`), not torchrun's summary around it, nor a
+    traceback's source line that names an error (`raise RuntimeError(`)."""
     for line in output.splitlines():
         text = line.split("]:", 1)[-1].strip()
-        if text and "Error" in text.split(":", 1)[0] and not text.startswith("torch.distributed.elastic"):
+        if _ERROR_LINE.match(text) and not text.startswith("torch.distributed.elastic"):
             return text
     return "see the probe log"
 
