@@ -457,6 +457,11 @@ class TimingChange(Strict):
     kernels: list[float] | None = Field(default=None, description="kernels per step, base and head")
     kernels_exact: bool = Field(default=False, description="every process of a side launched the same count")
     verdict: Verdict
+    settled_by_device: bool = Field(
+        default=False,
+        description="a host-bound step whose host issue time stayed undecided after every pair, while "
+        "device time passed and every process launched the same kernels: the device decided",
+    )
 
 
 class StageLatency(Strict):

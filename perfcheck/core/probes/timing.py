@@ -132,7 +132,11 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     alpha = config.timing.alpha
     bound = _bound_words(change)
     for m in change.metrics:
-        if m.decides and m.verdict == "inconclusive":
+        if (
+            m.decides
+            and m.verdict == "inconclusive"
+            and not (change.settled_by_device and m.metric == "host_ms")
+        ):
             why = (
                 f"{wl}: {_metric_words(m)} straddles the {m.budget_pct:g} % budget "
                 f"after {m.processes} process pairs" + (f" (no more pairs: {h.stopped})" if h.stopped else "")
@@ -162,8 +166,34 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
             )
         )
     out += _host_findings(wl, change, alpha)
+    out += _settled_host(wl, change, alpha, h.stopped)
     out += _memory_findings(wl, b, h, config)
     return Compared(out, inconclusive, change)
+
+
+def _settled_host(wl: str, change: TimingChange, alpha: float, stopped: str | None) -> list[Finding]:
+    """The host issue time the device settled (timing_gate ``_device_decides``), said: a warning
+    where its estimate is beyond the budget or the slowdown is significant, else an info note."""
+    host = metric(change, "host_ms")
+    device = metric(change, "device_ms")
+    if not change.settled_by_device or host is None or device is None or _alarm(host, alpha):
+        return []  # an alarm is _host_findings' already
+    beyond = host.change_pct > host.budget_pct
+    kernels = f"{change.kernels[0]:g}" if change.kernels else "the same"
+    return [
+        Finding(
+            category="host_overhead_regression",
+            severity="warning" if beyond else "info",
+            workload=wl,
+            probe="timing",
+            message=f"{_metric_words(host)}, undecided against the {host.budget_pct:g} % budget after "
+            f"{host.processes} process pairs (the estimate {'beyond' if beyond else 'within'} it"
+            + (f"; no more pairs: {stopped}" if stopped else "")
+            + f"); the device decided: {_metric_words(device)}, and {kernels} kernels per step on "
+            f"both sides ({_bound_words(change)}, where the host clock scatters between processes)",
+            evidence={**_evidence(host, change), "undecided": True, "kernels": change.kernels},
+        )
+    ]
 
 
 def _host_findings(wl: str, change: TimingChange, alpha: float) -> list[Finding]:
