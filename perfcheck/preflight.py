@@ -26,6 +26,10 @@ from perfcheck.runner.loader import import_roots
 from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 
+# PYTHONSAFEPATH (3.11): a fresh probe process's launcher imports nothing from its working
+# directory, the PR's tree, before it enters the sandbox (issue 45).
+MIN_PYTHON = (3, 11)
+
 
 class SetupError(ValueError):
     """The review cannot start as set up; the message names what is wrong (the CLI exits 2)."""
@@ -172,6 +176,13 @@ def check_interpreter(python: str, flag: str, device: str) -> None:
     except (ValueError, IndexError):
         last = (done.stderr.strip().splitlines() or ["no output"])[-1][:300]
         raise SetupError(f"{flag} {python}: not a Python interpreter that runs ({last})") from None
+    version = tuple(int(x) for x in str(found.get("python", "0")).split(".")[:2] if x.isdigit())
+    if version < MIN_PYTHON:
+        raise SetupError(
+            f"{flag} {python}: Python {found.get('python')}; the probes need "
+            f"{'.'.join(map(str, MIN_PYTHON))} or later, whose PYTHONSAFEPATH keeps a module of the "
+            "PR's tree from being imported before the probe process is sandboxed"
+        )
     if "perfcheck_error" in found:
         raise SetupError(
             f"{flag} {python}: cannot import perfcheck ({found['perfcheck_error'][:200]}); the probes run "

@@ -150,6 +150,8 @@ def _interpreter(tmp_path: Path, body: str) -> Path:
         ("exit 1", "not a Python interpreter that runs"),
         # -S: no site-packages, so neither perfcheck nor torch
         (f'exec {sys.executable} -I -S "$@"', "cannot import perfcheck"),
+        # Python 3.10 has no PYTHONSAFEPATH: a PR's perfcheck/ would be imported before the walls
+        ('echo \'{"python": "3.10.14"}\'', "Python 3.10.14; the probes need 3.11 or later"),
     ],
 )
 def test_an_interpreter_that_cannot_run_the_probes_is_bad_input(tmp_path: Path, body: str, said: str) -> None:

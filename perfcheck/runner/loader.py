@@ -15,12 +15,11 @@ import re
 import shutil
 import sys
 import tempfile
+import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 
