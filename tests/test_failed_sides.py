@@ -166,3 +166,18 @@ def test_every_probe_shows_a_side_that_did_not_finish_in_its_cells_and_deltas() 
             head_side = base.model_copy(update={"side": "head"})
             rows = workload_rows(WorkloadReview(name="w", base=[base_side], head=[head_side]))
             assert_settled(rows, "base", new, {row.metric: "ok" for row in rows})
+
+
+def test_a_probe_logs_tail_is_read_from_its_end_only(tmp_path: Path) -> None:
+    # Issue 45: a 400 MB probe log, read whole for its last lines, took the orchestrator to 1.09 GB.
+    from perfcheck.runner.orchestrate import LOG_TAIL_BYTES, log_tail
+
+    log = tmp_path / "probe.log"
+    with log.open("w") as f:
+        for i in range(40_000):
+            f.write(f"noise line {i} " + "x" * 60 + "\n")
+        f.write("RuntimeError: the end\n")
+    assert log.stat().st_size > 8 * LOG_TAIL_BYTES
+    tail = log_tail(log)
+    assert tail.splitlines()[-1] == "RuntimeError: the end" and len(tail.splitlines()) == 12
+    assert all(line.startswith(("noise line", "RuntimeError")) for line in tail.splitlines())

@@ -198,3 +198,17 @@ def test_an_import_path_the_sandbox_hides_is_refused_before_any_probe_and_python
         capture_output=True, text=True, env=env | {"PYTHONPATH": str(lib)}, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+@needs_sandbox
+def test_a_sides_tmp_and_files_folder_start_empty_in_each_review(review: ReviewFn, tmp_path: Path) -> None:
+    # Issue 45: a side's /tmp (its scratch folder) and files folder carried over to the next review
+    # in the same output folder, so PR code of one review could leave files for the next.
+    probes_dir = tmp_path / "out" / "probes"
+    planted = [probes_dir / "scratch" / "head" / "left-by-pr", probes_dir / "files" / "head" / "probes.json"]
+    for path in planted:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("planted")
+    result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), probes=("export",))
+    assert result.verdict == "pass"
+    assert not [p for p in planted if p.exists()]

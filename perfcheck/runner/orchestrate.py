@@ -70,14 +70,25 @@ class ReviewRun:
     sandboxed: bool = False  # each side's processes behind walls of their own (perfcheck/runner/sandbox.py)
 
 
-def log_tail(log: Path) -> str:
+# What of a probe's log is read for its tail: its end, never the whole of it (a probe may write
+# hundreds of megabytes; read whole, a 400 MB log took the orchestrator to 1.09 GB).
+LOG_TAIL_BYTES = 256 * 1024
+
+
+def log_tail(log: Path, lines_wanted: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a probe's log, read from at most its last ``LOG_TAIL_BYTES``."""
     try:
-        lines = log.read_text(errors="replace").splitlines()
+        with log.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            lines = f.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
+    if size > LOG_TAIL_BYTES:
+        lines = lines[1:]  # the first line read may start mid-line
     # Drop torch's import-time noise so the tail shows the failure itself.
     lines = [ln for ln in lines if ln.strip() and "Failed to initialize NumPy" not in ln]
-    return "\n".join(lines[-LOG_TAIL_LINES:])
+    return "\n".join(lines[-lines_wanted:])
 
 
 def signal_name(code: int) -> str:
@@ -550,6 +561,10 @@ class _Review:
         run, workdir = self.run_, self.workdir
         reaper.become_subreaper()  # so that no process a probe starts outlives it
         workdir.mkdir(parents=True, exist_ok=True)
+        # Each side starts from an empty /tmp and files folder: what an earlier review's PR code
+        # left there (the same output folder, reviewed again) is never this review's.
+        for folder in ("scratch", "files"):
+            shutil.rmtree(workdir / folder, ignore_errors=True)
         self.progress.say(plan_line(run, self.wanted, self.latency_at, self.budget.total_s))
         # Per-side probes, base's compile probes first: with one at a time, head's compile of a
         # workload starts from a copy of base's compile cache (``_compile_cache``). With jobs > 1

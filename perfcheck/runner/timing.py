@@ -41,6 +41,7 @@ from perfcheck.runner.orchestrate import (
     SideSetup,
     behind_walls,
     copy_base_for_head,
+    log_tail,
     merge_caches,
     probe_env,
     sandboxed_walls,
@@ -186,7 +187,7 @@ class TimingWorker:
 
     def _death(self) -> WorkerFailed:
         code = self._wait(30)
-        tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-12:])
+        tail = log_tail(self.log_path)
         if code is None:
             how = "stopped answering"
         else:
