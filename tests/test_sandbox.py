@@ -212,3 +212,19 @@ def test_a_sides_tmp_and_files_folder_start_empty_in_each_review(review: ReviewF
     result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), probes=("export",))
     assert result.verdict == "pass"
     assert not [p for p in planted if p.exists()]
+
+
+def test_merging_base_cache_into_heads_never_writes_through_a_link_head_planted(tmp_path: Path) -> None:
+    # Issue 45: head's code planted links in its own compile cache; merging base's cache into it
+    # followed them and wrote base's files into a folder head chose.
+    base, head, elsewhere = tmp_path / "base-cache", tmp_path / "head-cache", tmp_path / "elsewhere"
+    write_tree(base, {"inductor/ab/kernel.py": "base's kernel", "triton/cd/k.json": "{}"})
+    elsewhere.mkdir()
+    (head / "inductor").mkdir(parents=True)
+    (head / "inductor" / "ab").symlink_to(elsewhere, target_is_directory=True)
+    (head / "triton").symlink_to(elsewhere, target_is_directory=True)
+    orchestrate.merge_caches(head, [base])
+    assert list(elsewhere.iterdir()) == []
+    for part in ("inductor/ab", "triton", "triton/cd"):
+        assert (head / part).is_dir() and not (head / part).is_symlink(), part
+    assert (head / "inductor" / "ab" / "kernel.py").read_text() == "base's kernel"

@@ -158,13 +158,25 @@ def merge_caches(into: Path, sources: Sequence[Path]) -> None:
     for source in sources:
         if not source.is_dir():
             continue
-        for path in source.rglob("*"):
+        for path in source.rglob("*"):  # never into a linked folder (rglob does not follow them)
             if path.is_dir() or path.is_symlink():
                 continue
             dest = into / path.relative_to(source)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.unlink(missing_ok=True)
-            shutil.copy2(path, dest)
+            _real_folders(into, dest.parent)
+            dest.unlink(missing_ok=True)  # a link planted at the file's path goes, not its target
+            shutil.copy2(path, dest, follow_symlinks=False)
+
+
+def _real_folders(root: Path, folder: Path) -> None:
+    """``folder`` and every folder between it and ``root``, made where missing, each a real folder:
+    a link planted there (by PR code that wrote its own cache) is replaced, never written through."""
+    root.mkdir(parents=True, exist_ok=True)
+    current = root
+    for part in folder.relative_to(root).parts:
+        current = current / part
+        if current.is_symlink() or (current.exists() and not current.is_dir()):
+            current.unlink()
+        current.mkdir(exist_ok=True)
 
 
 # Set to a folder, every probe process of every review compiles into that one cache, warm after
