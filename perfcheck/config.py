@@ -599,8 +599,9 @@ _NEVER_LOOSER = (
 
 def first_adoption_config(text: str, source: str) -> Config:
     """The PR's own perfcheck.yml where base has none, parsed so that it cannot widen the gate:
-    no key of FIRST_ADOPTION_REFUSED (checked before any plugin is imported), and no budget
-    looser than the default. ConfigError names the key and what a first adoption may set."""
+    no key of FIRST_ADOPTION_REFUSED (checked before any plugin is imported), no budget looser than
+    the default, and no category's severity softer than its own. ConfigError names the key and what
+    a first adoption may set."""
     data = _load_yaml(text, source)
     for key, why in FIRST_ADOPTION_REFUSED.items():
         if key in data:
@@ -623,7 +624,32 @@ def first_adoption_config(text: str, source: str) -> Config:
                 "that adds one cannot judge itself more loosely than perfcheck's defaults; loosen it "
                 "in a later pull request, which the base branch's copy then gates"
             )
+    _no_softer_severity(config, source)
     return config
+
+
+_SEVERITY_RANK = {"info": 0, "warning": 1, "error": 2}
+
+
+def _no_softer_severity(config: Config, source: str) -> None:
+    """A first adoption may make a category's findings stricter (a warning an error), never softer
+    than its entry's own severity: a PR's ``matrix.<category>.severity: info`` would otherwise
+    turn its own failing review into a pass (issue 45)."""
+    from perfcheck.core.matrix import known
+
+    entries = known()
+    for category, entry in config.matrix.items():
+        own = entries.get(category)
+        if entry.severity is None or own is None:
+            continue
+        if _SEVERITY_RANK[entry.severity] < _SEVERITY_RANK[own.severity]:
+            raise ConfigError(
+                f"{source}: matrix.{category}.severity: expected {own.severity} or stricter (the "
+                f"category's own) in a first adoption, got {entry.severity}: while the base branch has "
+                "no perfcheck.yml, the pull request that adds one cannot judge itself more loosely than "
+                "perfcheck's defaults; soften it in a later pull request, which the base branch's copy "
+                "then gates"
+            )
 
 
 def _named_section(config: Config, name: str) -> BaseModel:

@@ -181,6 +181,11 @@ def test_a_first_adoptions_config_is_the_head_commits_and_a_tree_that_differs_is
         ("budgets: {max_peak_memory_growth_mb: 113}", "budgets.max_peak_memory_growth_mb: expected at most"),
         ("profile: {min_change_pct: 50}", "profile.min_change_pct: expected at most 5"),
         ("timing: {confidence: 0.9}", "timing.confidence: expected at least 0.95"),
+        ("matrix: {recompile: {severity: warning}}", "matrix.recompile.severity: expected error or stricter"),
+        (
+            "matrix: {export_ir_changed: {severity: info}}",
+            "matrix.export_ir_changed.severity: expected warning",
+        ),
     ],
 )
 def test_a_first_adoption_may_not_set_what_widens_the_gate(extra: str, message: str) -> None:
@@ -194,8 +199,10 @@ def test_a_first_adoption_may_be_stricter_than_the_defaults() -> None:
     from perfcheck.config import first_adoption_config
 
     text = "budgets: {max_throughput_regression_pct: 1}\ntiming: {confidence: 0.99}\n"
+    text += "matrix: {export_ir_changed: {severity: error}, recompile: {causes: [our cache]}}\n"
     config = first_adoption_config(text, "PR.yml")
     assert config.budgets.max_throughput_regression_pct == 1 and config.timing.confidence == 0.99
+    assert config.matrix["export_ir_changed"].severity == "error"  # stricter: applied
 
 
 def test_what_a_workload_gets_beside_the_defaults_is_said_by_the_probes_descriptors() -> None:

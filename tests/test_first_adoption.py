@@ -140,6 +140,8 @@ Path(__file__).with_name("imported-by-the-trusted-job").write_text("ran")
         ("acks:\n  - {category: graph_break_added, reason: known}\n", "acks"),
         ("budgets: {max_new_graph_breaks: 1000}\n", "budgets.max_new_graph_breaks"),
         ("timing: {confidence: 0.6}\n", "timing.confidence"),
+        # Issue 45: the PR's own severity turned its failing review into a pass
+        ("matrix:\n  graph_break_added: {severity: info}\n", "matrix.graph_break_added.severity"),
     ],
 )
 def test_the_trusted_report_refuses_what_would_widen_a_first_adoptions_gate(
