@@ -378,7 +378,9 @@ def _as_run(command: str, where: Where, latency: bool) -> str:
     def rerun(match: re.Match[str]) -> str:
         if match.group(1) == "trace":
             return f"{where.program} trace "
-        extra = [*(shlex.quote(a) for a in where.rerun), "--out", "{verify_out}"]
+        # The review's own options as a placeholder too, filled (quoted) in the one substitution
+        # pass: their text is never scanned for placeholders.
+        extra = [*(["{rerun}"] if where.rerun else []), "--out", "{verify_out}"]
         if not latency:
             extra.append("--no-compile-latency")
         return f"{where.program} review {' '.join(extra)} "
@@ -412,12 +414,17 @@ def _fill(command: str, finding: Finding, where: Where, latency: bool = False) -
         "base_trace": f"{where.out}/{traces[0]}" if traces else "",
         "head_trace": f"{where.out}/{traces[1]}" if traces else "",
     }
-    for key, value in values.items():
-        command = command.replace("{" + key + "}", shlex.quote(value) if value else value)
     # Where a verify review's probes wrote torch's structured trace, with TORCH_TRACE set: each
     # side's own files folder (perfcheck/runner/orchestrate.py ``probe_env``), whatever TORCH_TRACE named.
-    trace = f"{where.verify_out}/probes/files/{values['side']}/torch_trace"
-    return command.replace("{torch_trace}", shlex.quote(trace))
+    values["torch_trace"] = f"{where.verify_out}/probes/files/{values['side']}/torch_trace"
+    quoted = {key: shlex.quote(value) if value else value for key, value in values.items()}
+    quoted["rerun"] = " ".join(shlex.quote(a) for a in where.rerun)
+    # One pass over the command as written: each value is quoted once, on its own, and what a
+    # value holds ("{head}" inside a forged config path, say) is never substituted again.
+    return _PLACEHOLDER.sub(lambda m: quoted.get(m.group(1), m.group(0)), command)
+
+
+_PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
 def where_of(review: Review) -> Where:
