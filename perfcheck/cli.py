@@ -217,6 +217,22 @@ def _bisect_shard(args: argparse.Namespace, request: Any, probed: Any) -> None:
     print(render_table(doc), end="", file=sys.stderr)
 
 
+def shard_files(folder: Path) -> list[Path]:
+    """Each shard's probes.json under ``folder``: the outermost ones. A probes.json below the folder
+    of another (under its ``probes/``, where that shard's sandboxed probes wrote their files) is
+    not a shard of the review but a file PR code may have planted: left out, and said."""
+    found = sorted(folder.rglob("probes.json"))
+    shards = [f for f in found if not any(o.parent in f.parents[1:] for o in found if o is not f)]
+    nested = [f for f in found if f not in shards]
+    if nested:
+        print(
+            f"perfcheck: warning: left out {len(nested)} probes.json inside a shard's own folder "
+            f"(not a shard; its probes' files): {', '.join(map(str, nested[:3]))}",
+            file=sys.stderr,
+        )
+    return shards
+
+
 def _planned_scope(args: argparse.Namespace) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The workloads and probes the run was asked for: --plan-file's plan, else --workloads/--probes."""
     from perfcheck.bot.plan import Plan
@@ -246,8 +262,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
     try:
         config, origin = review_config(args.config, Path.cwd(), None)
-        # A folder stands for every probes.json under it: one download folder of all shards' artifacts.
-        files = [f for p in args.probes for f in (sorted(p.rglob("probes.json")) if p.is_dir() else [p])]
+        # A folder stands for every shard's probes.json under it: one download folder of all shards'
+        # artifacts. Never one inside a shard's own folder (its probes' files, which PR code wrote).
+        files = [f for p in args.probes for f in (shard_files(p) if p.is_dir() else [p])]
         if not files:
             raise ContractError(f"no probes.json under {', '.join(map(str, args.probes))}")
         runs = [(str(f), load_probe_run(f)) for f in files]

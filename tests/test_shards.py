@@ -192,3 +192,23 @@ def test_a_stopped_shard_is_what_it_measured_and_never_passes(tmp_path: Path) ->
     assert review.verdict == "inconclusive" and review.inconclusive[0].endswith(
         "every probe result asked for was made; what comes after them (compile latency) was not"
     )
+
+
+def test_a_folder_of_shards_is_read_for_its_shards_not_files_planted_inside_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Issue 45: `report FOLDER` took a probes.json planted under a shard's files/head (where its
+    # sandboxed probes, PR code, write) for a shard of the review.
+    from perfcheck.cli import shard_files
+
+    for path in (
+        "a/probes.json",
+        "b/probes.json",
+        "a/probes/files/head/probes.json",
+        "b/probes/x/probes.json",
+    ):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("{}")
+    assert shard_files(tmp_path) == [tmp_path / "a" / "probes.json", tmp_path / "b" / "probes.json"]
+    assert "left out 2 probes.json inside a shard's own folder" in capsys.readouterr().err
+    assert shard_files(tmp_path / "a") == [tmp_path / "a" / "probes.json"]
