@@ -228,3 +228,54 @@ def test_merging_base_cache_into_heads_never_writes_through_a_link_head_planted(
     for part in ("inductor/ab", "triton", "triton/cd"):
         assert (head / part).is_dir() and not (head / part).is_symlink(), part
     assert (head / "inductor" / "ab" / "kernel.py").read_text() == "base's kernel"
+
+
+@needs_sandbox
+def test_no_socket_folder_sysctl_or_supplementary_group_of_the_machine_reaches_a_sandbox(
+    tmp_path: Path,
+) -> None:
+    # Issue 45: a stand-in privileged daemon listening on a socket under /run was reached through
+    # connect() (read-only mounts do not stop it) and rewrote base's tree; as uid 0 a probe wrote
+    # the machine's kernel.core_pattern.
+    import socket
+
+    run = Path("/run")
+    if not run.is_dir() or not os.access(run, os.W_OK):
+        pytest.skip("no writable /run to put a stand-in daemon's socket in")
+    path = run / f"perfcheck-test-{os.getpid()}.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+    try:
+        script = f"""
+import os, socket, sys
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    c.connect({str(path)!r})
+except OSError:
+    pass
+else:
+    sys.exit(11)
+try:
+    open("/proc/sys/kernel/core_uses_pid", "r+b")
+except OSError:
+    pass
+else:
+    sys.exit(12)
+if os.geteuid() == 0 and os.getgroups():
+    sys.exit(13)
+sys.exit(7)
+"""
+        walls = json.dumps(
+            {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
+        )
+        done = subprocess.run(
+            sandbox.command(walls, [sys.executable, "-c", script]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 7, done.stderr
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)

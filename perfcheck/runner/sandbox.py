@@ -17,7 +17,9 @@ mechanism rootless containers use (no privilege, no setuid helper):
 - a PID namespace of its own with a fresh ``/proc``: no other process of the machine can be named,
   so none can be traced, signalled, or entered through ``/proc/<pid>/root``, ``/fd`` or ``/mem``;
 - a network namespace with only loopback (torchrun's and gloo's rendezvous stay on the side) and
-  System V IPC of its own.
+  System V IPC of its own;
+- none of the machine's socket folders (``/run``, ``/var/run``: a daemon's socket is reachable
+  through a read-only mount), its sysctls read-only, and for root no supplementary groups.
 
 The mounts are made in a user namespace, then locked by a second one nested in it: the kernel then
 refuses to make a read-only mount writable or to unmount what hides a folder, even for code that
@@ -61,6 +63,14 @@ MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the unified syscall table)
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+# The machine's folders of sockets and daemons' state, hidden from every sandbox whatever its view
+# says: read-only mounts do not stop connect(), and a runner's user can often reach a privileged
+# daemon's socket there (GitHub's hosted runners: /var/run/docker.sock). /var/run is /run's link.
+MACHINE_HIDDEN = ("/run", "/var/run")
+# Kernel knobs shown read-only: as uid 0 (the example container) a process could write the
+# machine's sysctls (a piped kernel.core_pattern runs a program as root outside every wall).
+READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger")
+
 # A sandboxed process's temporary files go to its private /tmp, whatever TMPDIR the runner has:
 # torch writes its default caches, locks and precompiled headers under tempfile.gettempdir(), and
 # any other folder is read-only in the sandbox.
@@ -187,7 +197,7 @@ def _build_mounts(view: View) -> None:
     (its own tree inside the other's, its cache inside the review's caches) shows, and a hidden
     folder inside one put back (the review's caches inside the review's folder) stays hidden."""
     real = os.path.realpath
-    hidden = [real(p) for p in view.hidden if os.path.isdir(p)]
+    hidden = list(dict.fromkeys(real(p) for p in [*view.hidden, *MACHINE_HIDDEN] if os.path.isdir(p)))
     writable = [real(p) for p in view.writable if os.path.isdir(p)]
     # Never /tmp itself or a folder above it: that would put the machine's /tmp back in place of
     # the side's own (and make it writable with it).
@@ -252,6 +262,11 @@ def enter(view: View) -> None:
     interpreter, or a child just forked). Raises Unavailable before anything is changed where the
     kernel refuses the first step."""
     uid, gid = os.geteuid(), os.getegid()
+    if uid == 0:
+        # Supplementary groups would go on granting what they grant outside (a user namespace can
+        # only deny setgroups, not drop them); root may drop them before it leaves the machine's
+        # namespace. Another user cannot, which is why the sockets are hidden too.
+        os.setgroups([])
     os.makedirs(view.scratch, exist_ok=True)
     for path in [*view.writable, *(src for src, _ in view.moved)]:
         os.makedirs(path, exist_ok=True)
@@ -266,6 +281,10 @@ def enter(view: View) -> None:
     # The first process of the new PID namespace: it dies with its relay, and so does the rest.
     _check(_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for path in READ_ONLY_PROC:
+        if os.path.exists(path):
+            _mount(path, path, None, MS_BIND | MS_REC)
+            _setattr(path, recursive=True, read_only=True)
     _loopback_up()
     # Locked: copied into a namespace owned by a less privileged user namespace, these mounts can
     # no longer be made writable or taken away, not even by root inside.
@@ -273,6 +292,16 @@ def enter(view: View) -> None:
     _map_ids(uid, gid)
     os.environ.update(INSIDE_ENV)
     tempfile.tempdir = None  # asked afresh: an earlier answer named a folder outside
+
+
+def _assert_read_only(path: str, what: str) -> None:
+    """``path`` cannot be opened for writing (it need not exist)."""
+    try:
+        with open(path, "r+b"):
+            pass
+    except OSError:
+        return
+    raise AssertionError(what)
 
 
 def _check_main() -> int:
@@ -287,6 +316,11 @@ def _check_main() -> int:
                 enter(View(scratch=str(scratch), hidden=(str(hidden),)))
                 assert not (hidden / "secret").exists(), "a hidden folder shows through"
                 assert os.getpid() == 1, "no PID namespace of its own"
+                assert not any(os.listdir(p) for p in MACHINE_HIDDEN if os.path.isdir(p)), (
+                    "the machine's socket folders (/run) show through"
+                )
+                _assert_read_only("/proc/sys/kernel/core_uses_pid", "the machine's sysctls are writable")
+                assert os.geteuid() != 0 or not os.getgroups(), "root kept its supplementary groups"
                 Path("/tmp/probe").write_text("x")
                 try:
                     Path(sys.executable).with_name("perfcheck-sandbox-check").write_text("x")
