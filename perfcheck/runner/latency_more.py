@@ -22,6 +22,7 @@ from statistics import median
 
 from perfcheck.config import COMPILE_RUNS_MAX, Config
 from perfcheck.core import compile_latency
+from perfcheck.runner.latency_runs import samples_of
 from perfcheck.schema import CompileLatency, CompileLatencyChange, CompileMetrics, ProbeResult, Side
 
 ROUND = 3  # counted compiles a side per round: a process's warm-up is paid once for them
@@ -58,23 +59,28 @@ def round_estimate_s(state: Undecided, compiles: int) -> float:
     return START_S + state.first_compile_s + compiles * slowest
 
 
-def next_round(state: Undecided, left_s: float) -> tuple[int, str | None]:
-    """How many compiles a side the next round makes (0: none), and why none where it is none."""
+def next_round(state: Undecided, left_s: float) -> tuple[int, float, str | None]:
+    """How many compiles a side the next round makes (0: none), what it is expected to cost, and
+    why none where it is none."""
     pairs = state.change.pairs
     room = COMPILE_RUNS_MAX - pairs
     if room <= 0:
-        return 0, f"{pairs} pairs, the most compile.runs allows"
+        return 0, 0.0, f"{pairs} pairs, the most compile.runs allows"
     need = compile_latency.pairs_to_decide(state.change, most=COMPILE_RUNS_MAX)
     if need is None:
-        return 0, f"no more pairs, up to {COMPILE_RUNS_MAX}, would decide it"
+        return 0, 0.0, f"no more pairs, up to {COMPILE_RUNS_MAX}, would decide it"
     compiles = min(ROUND, room, max(1, need - pairs))
     cost = round_estimate_s(state, compiles)
     if cost > left_s:
-        return 0, (
-            f"{compiles} more pairs would take about {cost:.0f} s, more than the "
-            f"{max(left_s, 0):.0f} s left of review.time_budget_s"
+        return (
+            0,
+            cost,
+            (
+                f"{compiles} more pairs would take about {cost:.0f} s, more than the "
+                f"{max(left_s, 0):.0f} s left of review.time_budget_s"
+            ),
         )
-    return compiles, None
+    return compiles, cost, None
 
 
 # (side, compiles) -> that side's process's result (a compile_latency probe, wall clock)
@@ -85,8 +91,6 @@ def run_round(launch: Launch, compiles: int) -> dict[Side, CompileLatency]:
     """One process a side at once; each side's counted compiles, and why a side has none."""
 
     def one(side: Side) -> CompileLatency:
-        from perfcheck.runner.latency_runs import samples_of
-
         result = launch(side, compiles)
         try:
             if result.status != "ok":
@@ -145,10 +149,9 @@ def more_pairs(
     expected = 0.0
     why: str | None = None
     while state is not None:
-        compiles, why = next_round(state, left_s())
+        compiles, cost, why = next_round(state, left_s())
         if not compiles:
             break
-        cost = round_estimate_s(state, compiles)
         expected += cost
         c = state.change
         note(
@@ -163,8 +166,9 @@ def more_pairs(
             why = f"a round made no pair: {failures[0] if failures else 'no sample came back'}"
             break
         latency = grown
-        merged = {side: m.model_copy(update={"latency": grown[side]}) for side, m in compiled.items()}  # type: ignore[index]
-        state = undecided(merged, config)
+        state = undecided(
+            {s: compiled[s].model_copy(update={"latency": m}) for s, m in grown.items()}, config
+        )
     pairs = min(len(m.samples) for m in latency.values()) if latency else first
     if latency is None:
         said = f"undecided after {first} pairs; no more: {why}"

@@ -863,13 +863,16 @@ class _Review:
                 spec = spec.model_copy(update={"probe": "compile_latency", "latency": plan})
                 forks = self.forks if forkserver.times_forked(run.device) else None
                 return run_probe(
-                    spec, sides[side].python, wl.timeout_s, self.workdir, tag="-more", forks=forks
-                )
+                    spec, sides[side].python, wl.timeout_s, self.workdir, tag="-more", forks=forks,
+                    deadline=self.budget.deadline(),
+                )  # fmt: skip
 
             label = f"base ⇄ head · {wl.name} · compile latency, more pairs"
             began: list[tuple[Task, Step]] = []  # the step, once a round starts
 
-            def note(line: str, expected_s: float, label: str = label, began: list = began) -> None:
+            def note(
+                line: str, expected_s: float, label: str = label, began: list[tuple[Task, Step]] = began
+            ) -> None:
                 if not began:
                     self.progress.total += 1
                     began.append((self.progress.begin(label), self.budget.begin(label, expected_s)))
@@ -906,12 +909,13 @@ class _Review:
             return run_probe(
                 spec,
                 python,
-                min(wl.timeout_s, choice.limit_s, max(self.budget.left(), 1.0)),
+                min(wl.timeout_s, choice.limit_s),
                 self.workdir,
                 tag=tag,
                 prefix=prefix,
                 extra_env=env,
                 writable=[dumps],
+                deadline=self.budget.deadline(),  # never past the review's budget
             )
 
         specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}

@@ -265,8 +265,10 @@ def enter(view: View) -> None:
     if uid == 0:
         # Supplementary groups would go on granting what they grant outside (a user namespace can
         # only deny setgroups, not drop them); root may drop them before it leaves the machine's
-        # namespace. Another user cannot, which is why the sockets are hidden too.
-        os.setgroups([])
+        # namespace. Another user cannot, which is why the sockets are hidden too (and so does a
+        # root without CAP_SETGID, whose groups are then what they were).
+        with contextlib.suppress(PermissionError):
+            os.setgroups([])
     os.makedirs(view.scratch, exist_ok=True)
     for path in [*view.writable, *(src for src, _ in view.moved)]:
         os.makedirs(path, exist_ok=True)

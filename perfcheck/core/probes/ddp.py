@@ -220,15 +220,11 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(rows, bd, hd)
 
 
-def _errors(m: DdpMetrics) -> dict[str, str | None]:
-    return {v.variant: v.error for v in m.variants}
-
-
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
     bm, hm = probe_metrics(base, DdpMetrics), probe_metrics(head, DdpMetrics)
     if bm is None or hm is None:
         return Compared(inconclusive=[f"{wl}/ddp: no DDP measurements to compare"])
-    failed = failed_variants(wl, "ddp", _errors(bm), _errors(hm))
+    failed = failed_variants(wl, "ddp", bm.variants, hm.variants)
     return Compared(findings(wl, base, head, config) + failed.findings, failed.inconclusive)
 
 

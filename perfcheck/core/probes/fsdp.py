@@ -575,10 +575,6 @@ def _ranks(wl: str, name: str, b: FsdpVariant | None, h: FsdpVariant) -> Finding
     )
 
 
-def _errors(m: FsdpMetrics) -> dict[str, str | None]:
-    return {v.variant: v.error for v in m.variants}
-
-
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
     b, h = _metrics(base), _metrics(head)
     if b is None or h is None:
@@ -604,7 +600,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Co
     for same in drifts.values():
         drift = _drift(wl, ", ".join(n for n, _, _ in same), same[0][1], same[0][2], b, h)
         findings += [drift] if drift else []
-    failed = failed_variants(wl, "fsdp", _errors(b), _errors(h))
+    failed = failed_variants(wl, "fsdp", b.variants, h.variants)
     return Compared(findings=findings + failed.findings, inconclusive=failed.inconclusive)
 
 

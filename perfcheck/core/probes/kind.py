@@ -30,10 +30,10 @@ dynamic) and the compile probe and the planner read ``timing``, so they stay the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 
@@ -216,22 +216,33 @@ def rejected_finding(
     )
 
 
-def failed_variants(
-    wl: str, probe: str, base: Mapping[str, str | None], head: Mapping[str, str | None]
-) -> Compared:
+class Variant(Protocol):
+    """One way a probe ran the workload in its process, as its metrics record it."""
+
+    @property
+    def variant(self) -> str: ...
+
+    @property
+    def error(self) -> str | None: ...
+
+
+def failed_variants(wl: str, probe: str, base: Sequence[Variant], head: Sequence[Variant]) -> Compared:
     """The variants (ways a probe runs the workload in one process: DDP's ``compiled_ddp``, ...)
-    that raised on a side, by name -> error (None: it ran). Nothing that did not run is
-    "unchanged": failing on head only is an error; on both sides a warning and an inconclusive
-    review, since neither side measured what it stands for; on base only (head fixed it) an info
-    note. A variant only one side ran (another config) is neither."""
+    that raised on a side (``error`` set). Nothing that did not run is "unchanged": failing on
+    head only is an error; on both sides a warning and an inconclusive review, since neither side
+    measured what it stands for; on base only (head fixed it) an info note. A variant only one
+    side ran (another config) is neither."""
     findings: list[Finding] = []
     inconclusive: list[str] = []
-    for name in [n for n in head if n in base]:
-        b, h = base[name], head[name]
+    errors = {v.variant: v.error for v in base}
+    for name, h in ((v.variant, v.error) for v in head):
+        if name not in errors:
+            continue
+        b = errors[name]
         if b is None and h is None:
             continue
         error = h if h is not None else b
-        first = (error or "").strip().splitlines()[0][:300] if (error or "").strip() else "it raised"
+        first = next(iter((error or "").strip().splitlines()), "it raised")[:300]
         severity: Literal["error", "warning", "info"]
         if h is not None and b is not None:
             severity, failed_on = "warning", "both sides"
