@@ -5,10 +5,15 @@ would write it, in real probe processes, forked from a fork server and started f
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
+import socket
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -279,3 +284,116 @@ sys.exit(7)
     finally:
         server.close()
         path.unlink(missing_ok=True)
+
+
+PR_SET_DUMPABLE = 4
+
+
+@pytest.fixture
+def group_daemon() -> Iterator[tuple[str, Callable[[], None]]]:
+    """A stand-in privileged daemon: a socket file outside /run and /tmp that only its group may
+    reach (mode 0660, as /var/run/docker.sock is for the runner user on GitHub's hosted runners),
+    and how a forked process becomes a user who has that group as a supplementary one: as root,
+    uid 65534 with group 4242; as another user, that user, where it has a supplementary group."""
+    if os.geteuid() == 0:
+        group = 4242
+
+        def become() -> None:
+            os.setgroups([group])
+            os.setgid(65534)
+            os.setuid(65534)
+            # As a process the user started would be: one that changed its uid is not dumpable,
+            # and its /proc/self (uid_map) then stays root's.
+            ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)
+
+    else:
+        extra = [g for g in os.getgroups() if g != os.getegid()]
+        if not extra:
+            pytest.skip("this user has no supplementary group to own the daemon's socket")
+        group = extra[0]
+
+        def become() -> None:
+            pass
+
+    folder = Path(tempfile.mkdtemp(prefix="perfcheck-test-daemon-", dir="/var/tmp"))
+    folder.chmod(0o777)  # the user's scratch folder goes here too
+    path = folder / "daemon.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(4)
+    os.chown(path, -1, group)
+    path.chmod(0o660)
+    try:
+        yield str(path), become
+    finally:
+        server.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _reaches(path: str, become: Callable[[], None], walls: sandbox.View | None) -> bool:
+    """Whether a process forked from this one, as the user ``become`` makes it, behind ``walls``
+    (None: none), can connect() to the socket file at ``path``. Forked rather than started so
+    that no interpreter needs to be readable by that user (this one may live in /root)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read)
+        try:
+            become()
+            if walls is not None:
+                sandbox.enter(walls)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+                try:
+                    client.connect(path)
+                except OSError:
+                    os._exit(7)  # refused: what a sandbox is for
+                client.sendall(b"rewrite base's model.py")
+        except BaseException as err:  # a forked child reports by its pipe and exit code only
+            os.write(write, repr(err).encode())
+            os._exit(9)
+        os._exit(11)
+    os.close(write)
+    with os.fdopen(read, "rb") as why:
+        said = why.read().decode()
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    assert code in (7, 11), f"the forked client ended with {code}: {said}"
+    return code == 11
+
+
+@needs_sandbox
+def test_a_socket_its_supplementary_group_owns_outside_run_cannot_be_reached(
+    group_daemon: tuple[str, Callable[[], None]],
+) -> None:
+    # Issue 45: a user namespace cannot drop a non-root user's supplementary groups, and a read-only
+    # mount does not stop connect(): every socket file the machine has bound is covered instead.
+    path, become = group_daemon
+    assert _reaches(path, become, None), "the user cannot reach the daemon outside a sandbox: nothing tested"
+    walls = sandbox.View(scratch=str(Path(path).parent / "scratch"), visible=tuple(_interpreter()))
+    assert not _reaches(path, become, walls)
+
+
+@needs_sandbox
+def test_a_sandbox_shows_only_the_devices_a_probe_uses(tmp_path: Path) -> None:
+    # Issue 45: PR code opened /dev/kmsg for writing and opened /dev/kvm (a device on a read-only
+    # mount stays writable, so the sandbox's /dev holds only what probes use).
+    script = """
+import os, sys
+names = set(os.listdir("/dev"))
+assert names >= {"null", "zero", "urandom", "shm", "fd"}, names
+for gone in ("kmsg", "kvm", "mem", "vda", "sda", "loop0", "tty0", "console", "log"):
+    assert gone not in names, gone
+with open("/dev/null", "wb") as null:
+    null.write(b"x")
+assert len(open("/dev/urandom", "rb").read(8)) == 8
+open("/dev/shm/segment", "w").write("x")
+assert os.listdir("/proc/self/fd") and os.path.exists("/dev/stdout")
+sys.exit(7)
+"""
+    walls = json.dumps(
+        {"scratch": str(tmp_path / "s"), "writable": [], "hidden": [], "visible": _interpreter()}
+    )
+    done = subprocess.run(
+        sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 7, done.stderr

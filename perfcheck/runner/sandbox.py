@@ -19,7 +19,10 @@ mechanism rootless containers use (no privilege, no setuid helper):
 - a network namespace with only loopback (torchrun's and gloo's rendezvous stay on the side) and
   System V IPC of its own;
 - none of the machine's socket folders (``/run``, ``/var/run``: a daemon's socket is reachable
-  through a read-only mount), its sysctls read-only, and for root no supplementary groups.
+  through a read-only mount) and no socket file the machine has bound elsewhere (each covered by
+  ``/dev/null``, where ``connect()`` is refused), whoever's group owns it;
+- a ``/dev`` of its own with only the devices a probe uses (null, zero, full, random, urandom and
+  the GPU's), its sysctls read-only, and for root no supplementary groups.
 
 The mounts are made in a user namespace, then locked by a second one nested in it: the kernel then
 refuses to make a read-only mount writable or to unmount what hides a folder, even for code that
@@ -40,11 +43,12 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -70,6 +74,21 @@ MACHINE_HIDDEN = ("/run", "/var/run")
 # Kernel knobs shown read-only: as uid 0 (the example container) a process could write the
 # machine's sysctls (a piped kernel.core_pattern runs a program as root outside every wall).
 READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger")
+# The devices a sandbox shows, each bound from the machine's /dev into a /dev of its own: what
+# Python, torch and a GPU's runtime open (NVIDIA: nvidia0..N, nvidiactl, nvidia-uvm, nvidia-caps;
+# AMD: kfd, dri), never the rest (/dev/kmsg, /dev/kvm, disks, /dev/log's socket). A device on a
+# read-only mount stays writable, which is why the others are left out rather than shown read-only.
+DEVICES = ("null", "zero", "full", "random", "urandom")
+GPU_DEVICE_PREFIXES = ("nvidia", "kfd", "dri")
+DEV_LINKS = {
+    "fd": "/proc/self/fd",
+    "stdin": "/proc/self/fd/0",
+    "stdout": "/proc/self/fd/1",
+    "stderr": "/proc/self/fd/2",
+}
+# Where the machine's network namespace lists the socket files bound in it (the path is the last
+# column, where there is one): each is covered in a sandbox, whatever folder it lies in.
+UNIX_SOCKETS_TABLE = "/proc/net/unix"
 
 # A sandboxed process's temporary files go to its private /tmp, whatever TMPDIR the runner has:
 # torch writes its default caches, locks and precompiled headers under tempfile.gettempdir(), and
@@ -189,7 +208,58 @@ def holds(folder: str, path: str) -> bool:
     return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
-def _build_mounts(view: View) -> None:
+def machine_sockets(table: str = UNIX_SOCKETS_TABLE) -> list[str]:
+    """The socket files bound in this process's network namespace, by absolute path: read before
+    the sandbox's own namespace replaces it. Abstract names (``@...``) need nothing: they belong
+    to a network namespace, and the sandbox's is its own."""
+    try:
+        with open(table, encoding="utf-8", errors="surrogateescape") as lines:
+            rows = lines.read().splitlines()[1:]
+    except OSError:
+        return []
+    paths = (row.split(None, 7)[7] for row in rows if len(row.split(None, 7)) == 8)
+    return sorted({p for p in paths if p.startswith("/")})
+
+
+def _device_names(dev: str = "/dev") -> list[str]:
+    try:
+        names = os.listdir(dev)
+    except OSError:
+        return []
+    return sorted(n for n in names if n in DEVICES or n.startswith(GPU_DEVICE_PREFIXES))
+
+
+def _cover_sockets(paths: Sequence[str], cover_fd: int) -> None:
+    """Each path still a socket where the walls stand (not under a hidden folder) gets ``/dev/null``
+    bound over it: a read-only mount does not stop ``connect()``, a device in its place does."""
+    for path in paths:
+        try:
+            is_socket = stat.S_ISSOCK(os.lstat(path).st_mode)
+        except OSError:
+            continue
+        if is_socket:
+            _mount(f"/proc/self/fd/{cover_fd}", path, None, MS_BIND)
+
+
+def _private_dev(devices: dict[str, int]) -> None:
+    """A /dev of its own: a small tmpfs with the named devices bound in from their descriptors
+    (opened before the tmpfs covers them), the usual links into /proc, and a private /dev/shm."""
+    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "size=64k,mode=0755")
+    for name, fd in devices.items():
+        target = os.path.join("/dev", name)
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            os.mkdir(target)
+            _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
+        else:
+            Path(target).touch()
+            _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
+    for name, points_to in DEV_LINKS.items():
+        os.symlink(points_to, os.path.join("/dev", name))
+    os.mkdir("/dev/shm")
+    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def _build_mounts(view: View, sockets: Sequence[str]) -> None:
     """In a new mount namespace (owned by this process's new user namespace): the view's walls.
 
     /tmp first (the side's scratch folder), then every hidden and every bound folder in order of
@@ -211,6 +281,7 @@ def _build_mounts(view: View) -> None:
     fds.update(moved)  # a moved folder's path is bound from its folder's descriptor
     bound += list(moved)
     writable += list(moved)
+    devices = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_NOFOLLOW) for name in _device_names()}
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing made here reaches the machine's mounts
     _mount(f"/proc/self/fd/{fds[real(view.scratch)]}", "/tmp", None, MS_BIND)
     layers = sorted({(p, 0) for p in hidden} | {(p, 1) for p in bound}, key=lambda x: (len(x[0]), x[1]))
@@ -221,13 +292,15 @@ def _build_mounts(view: View) -> None:
             continue
         os.makedirs(path, exist_ok=True)  # a mount point inside the empty folder that covers it
         _mount(f"/proc/self/fd/{fds[path]}", path, None, MS_BIND | MS_REC)
-    for fd in fds.values():
+    if "null" not in devices:
+        raise Unavailable("the machine has no /dev/null to bind into the sandbox")
+    _cover_sockets([p for p in sockets if not holds("/dev", p)], devices["null"])  # /dev: replaced
+    _private_dev(devices)
+    for fd in [*fds.values(), *devices.values()]:
         os.close(fd)
     _setattr("/", recursive=True, read_only=True)
-    for path in ["/tmp", *writable]:
+    for path in ["/tmp", "/dev/shm", *writable]:
         _setattr(path, recursive=False, read_only=False)
-    with contextlib.suppress(Unavailable):  # a machine without /dev/shm runs without one
-        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
 
 
 def _loopback_up() -> None:
@@ -272,9 +345,10 @@ def enter(view: View) -> None:
     os.makedirs(view.scratch, exist_ok=True)
     for path in [*view.writable, *(src for src, _ in view.moved)]:
         os.makedirs(path, exist_ok=True)
+    sockets = machine_sockets()  # the machine's network namespace's, before this one is left
     _unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC, "unshare")
     _map_ids(uid, gid)
-    _build_mounts(view)
+    _build_mounts(view, sockets)
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -306,9 +380,47 @@ def _assert_read_only(path: str, what: str) -> None:
     raise AssertionError(what)
 
 
+def _refused(path: str) -> bool:
+    """Whether ``connect()`` to the socket file at ``path`` is refused."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        try:
+            client.connect(path)
+        except OSError:
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _listening_outside_tmp() -> Iterator[str | None]:
+    """A socket file bound where a sandbox still sees its folder (not under /tmp or /run, which
+    it replaces): the daemon's socket a sandboxed process must not reach. None where no such
+    folder is writable here."""
+    for parent in ("/var/tmp", str(Path.home())):
+        try:
+            folder = tempfile.mkdtemp(prefix="perfcheck-sandbox-check-", dir=parent)
+        except OSError:
+            continue
+        server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            server.bind(os.path.join(folder, "daemon.sock"))
+            server.listen(1)
+            yield os.path.join(folder, "daemon.sock")
+        finally:
+            server.close()
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, "daemon.sock"))
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)
+        return
+    yield None
+
+
 def _check_main() -> int:
     """``--check``: make a sandbox of a scratch folder and try its walls from inside."""
-    with tempfile.TemporaryDirectory(prefix="perfcheck-sandbox-check-") as root:
+    with (
+        tempfile.TemporaryDirectory(prefix="perfcheck-sandbox-check-") as root,
+        _listening_outside_tmp() as daemon,
+    ):
         scratch, hidden = Path(root, "scratch"), Path(root, "hidden")
         hidden.mkdir()
         (hidden / "secret").write_text("x")
@@ -316,6 +428,13 @@ def _check_main() -> int:
         if pid == 0:
             try:
                 enter(View(scratch=str(scratch), hidden=(str(hidden),)))
+                assert daemon is None or _refused(daemon), "a socket file of the machine can be reached"
+                shown = set(os.listdir("/dev")) - {*DEV_LINKS, "shm"}
+                extra = sorted(n for n in shown if n not in DEVICES and not n.startswith(GPU_DEVICE_PREFIXES))
+                assert not extra, f"the machine's devices show through: /dev/{', /dev/'.join(extra)}"
+                with open("/dev/null", "wb") as null:
+                    null.write(b"x")
+                Path("/dev/shm/probe").write_text("x")
                 assert not (hidden / "secret").exists(), "a hidden folder shows through"
                 assert os.getpid() == 1, "no PID namespace of its own"
                 assert not any(os.listdir(p) for p in MACHINE_HIDDEN if os.path.isdir(p)), (
