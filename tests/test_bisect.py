@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,6 +81,22 @@ def test_each_finding_bisects_to_its_own_commit_and_the_unimportable_one_is_skip
     assert "commit 4/8" in done.stderr  # progress, per probe run
     section = (out / "bisect.md").read_text()
     assert "Where each finding came from" in section and shas["item"][:10] in section
+    assert "Unverified" not in section  # the user's own search, run where it is read
+    # In a review the section came from the probe job, which ran the PR's code: shown unverified,
+    # with the command that checks each blame, which runs as printed and blames the same commit.
+    shown = markdown(doc.model_copy(update={"findings": [brk]}), from_probe_job=True)
+    assert "**Unverified:**" in shown
+    [command] = [line for line in shown.splitlines() if line.startswith("perfcheck bisect ")]
+    bin_dir = Path(sys.executable).parent
+    rerun = subprocess.run(
+        ["bash", "-c", f"{command} --out {tmp_path / 'check'}"],
+        cwd=repo, capture_output=True, text=True, timeout=600, check=False,
+        env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"},
+    )  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    checked = BisectDoc.model_validate_json((tmp_path / "check" / "bisect.json").read_text())
+    [again] = [f for f in checked.findings if f.key == brk.key]
+    assert again.first_bad is not None and again.first_bad.sha == shas["item"]
     # The user's work tree was never touched.
     assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == shas["bad"]
 

@@ -558,6 +558,9 @@ def test_publish_shows_a_bisect_section_only_over_the_prs_own_commits(
     assert ("bisect section left out" in done.stderr) is not shown
     if shown:
         assert "Move the classifier to gelu" in comment["body"] and FIRST[:10] in comment["body"]
+        # Found where the PR's code ran and re-run by nobody since: said, with the command that checks it.
+        assert "**Unverified:**" in comment["body"]
+        assert f"perfcheck bisect --good {BASE} --bad {FIRST} --workloads" in comment["body"]
     else:
         assert "New graph break" in comment["body"]  # the review itself is posted
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import itertools
 import re
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from perfcheck.bisect_schema import BisectDoc, Commit
-from perfcheck.core.markdown import cell, code
+from perfcheck.bisect_schema import BisectDoc, Commit, Located
+from perfcheck.core.markdown import block, cell, code
 from perfcheck.core.matrix import Nature, known, render
 from perfcheck.schema import Finding
 
@@ -23,6 +24,7 @@ from perfcheck.schema import Finding
 TIMED_PROBE = "timing"
 
 _NUMBERS = re.compile(r"\d+(\.\d+)?")
+MAX_CHECKS = 5  # commands shown under an unverified section: one per blamed commit, the first few
 
 
 @dataclass(frozen=True)
@@ -282,8 +284,33 @@ def kept(doc: BisectDoc, findings: list[Finding], head_revision: str | None) -> 
     return doc.model_copy(update={"findings": entries}) if entries else None
 
 
-def markdown(doc: BisectDoc) -> str:
-    """The review comment's section: where each finding came from."""
+def check_command(entry: Located) -> str | None:
+    """The command that checks one entry's blame on a machine of the reader's own: a search of
+    its last good commit against its first bad one (the commit right after it), for that finding's
+    workload and probe. None where the entry blames no single commit."""
+    if entry.outcome != "found" or entry.first_bad is None or entry.last_good is None:
+        return None
+    args = [
+        "perfcheck",
+        "bisect",
+        "--good",
+        entry.last_good.sha,
+        "--bad",
+        entry.first_bad.sha,
+        "--workloads",
+        entry.workload,
+        "--probes",
+        entry.probe,
+    ]
+    if entry.probe == TIMED_PROBE:
+        args.append("--timing")  # a timing finding is searched only when asked
+    return " ".join(shlex.quote(a) for a in args)
+
+
+def markdown(doc: BisectDoc, from_probe_job: bool = False) -> str:
+    """The review comment's section: where each finding came from. ``from_probe_job``: the document
+    came from the job that ran the PR's code, and the report showing it re-ran nothing (it cannot:
+    it runs no PR code), so the section says so and gives the command that checks each blame."""
     if not doc.findings:
         return ""
     lines = [
@@ -314,4 +341,14 @@ def markdown(doc: BisectDoc) -> str:
     if doc.skipped:
         shown = ", ".join(f"{code(s.sha[:10])} ({cell(s.why[:80])})" for s in doc.skipped[:5])
         lines += ["", f"Skipped (could not be probed): {shown}"]
+    if from_probe_job:
+        commands = [c for c in (check_command(f) for f in doc.findings) if c is not None]
+        lines += [
+            "",
+            "**Unverified:** these commits were found by the probe job's own runs, which ran the PR's "
+            "code; the report that wrote this re-ran none of them."
+            + (" To check a blame, run on a machine of your own:" if commands else ""),
+        ]
+        if commands:
+            lines += ["", block("\n".join(dict.fromkeys(commands[:MAX_CHECKS])), "sh")]
     return "\n".join(lines) + "\n"

@@ -157,8 +157,9 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
             for i, f in enumerate(review.findings, start=1)
         ],
         "chart": mermaid_step_chart(review),
-        # Built of escaped cells (core.bisect.markdown); the document came from the probe job.
-        "bisect": bisect_markdown(review.bisect) if review.bisect else "",
+        # Built of escaped cells (core.bisect.markdown); the document came from the probe job, so
+        # it is shown as unverified, with the commands that check it.
+        "bisect": bisect_markdown(review.bisect, from_probe_job=True) if review.bisect else "",
         "cost": cost_line(review.costs),
         "cuts": [cut for c in review.costs for cut in c.cuts],
         "environment": environment_line(
