@@ -21,6 +21,9 @@
 #   bench/h200.sh action                              -> $OUT/action/ (the action's probe mode, 2 shards, + report)
 #   bench/h200.sh distributed                         -> $OUT/dist-*/ (ddp on NCCL x1 and gloo x2, amp, profile)
 #   bench/h200.sh sweep WORKLOAD                      -> $OUT/sweep/ (the compile-settings sweep on the GPU)
+#   bench/h200.sh walls                               -> $OUT/walls.txt (issue 45: the sandbox's --check, what
+#                                                        /dev holds inside one and CUDA working there, the hostile
+#                                                        head's attacks on CUDA without the demo)
 #   bench/h200.sh sandboxed                           -> $OUT/sandboxed/ (issue 40: the ddp and fsdp probes'
 #                                                        torchrun ranks in the default sandbox under inductor,
 #                                                        default config and caches, NCCL x1; every variant's outcome)
@@ -116,6 +119,23 @@ case "$1" in
       grep -E "cold compile|compile latency|first compile|instructions|seconds|dynamo|AOT|inductor|Inconclusive|straddle" \
         "$OUT/cl-$name.md" | head -12
     done
+    ;;
+  walls)
+    {
+      python3 -m perfcheck.runner.sandbox --check; echo "--check: exit code $?"
+      view='{"scratch":"/tmp/walls-scratch","writable":[],"hidden":[],"visible":[]}'
+      python3 -m perfcheck.runner.sandbox "$view" -- python3 -c 'import os, torch, socket
+print("dev:", " ".join(sorted(os.listdir("/dev"))))
+print("run:", os.listdir("/run"))
+x = torch.randn(1024, 1024, device="cuda"); print("cuda matmul ok:", float((x @ x).sum()) == float((x @ x).sum()))
+print("device:", torch.cuda.get_device_name(), "count", torch.cuda.device_count())
+for gone in ("/dev/kmsg", "/dev/kvm", "/dev/mem"):
+    print(gone, "present" if os.path.exists(gone) else "absent")'
+      echo "a CUDA process in a sandbox: exit code $?"
+    } > "$OUT/walls.txt" 2>&1
+    timeout "${TIMEOUT:-300}" python3 bench/sandbox.py --device cuda --no-demo --out /tmp/sandbox > "$OUT/sandbox.json"
+    echo "attacks: exit code $?" >> "$OUT/walls.txt"
+    cat "$OUT/walls.txt" "$OUT/sandbox.json"
     ;;
   sandbox)
     timeout "${TIMEOUT:-560}" python3 bench/sandbox.py --device cuda --out /tmp/sandbox > "$OUT/sandbox.json"

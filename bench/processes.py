@@ -240,7 +240,10 @@ FIGURES: dict[str, Callable[[TimingProcess], float | None]] = {
 }
 
 
-def _model_row(r: dict[str, Any], base: list[TimingProcess], head: list[TimingProcess]) -> str:
+def _model_row(
+    r: dict[str, Any], base: list[TimingProcess], head: list[TimingProcess], totals: list[Trials]
+) -> str:
+    """One run's row; its trials added into ``totals`` (one Trials per condition, the model's)."""
     change = decide(base, head, BUDGETS, GATE)
     every = base + head
     spread = {name: [v for p in every if (v := get(p)) is not None] for name, get in FIGURES.items()}
@@ -250,6 +253,11 @@ def _model_row(r: dict[str, Any], base: list[TimingProcess], head: list[TimingPr
         target = None if c == 0 else ("host_ms" if label.startswith("host") else "device_ms")
         t = trials(_processes(r, c, "base"), _processes(r, c, "head"), target)
         cells.append(f"{t.alarms}/{len(t.letters)} `{t.letters}`")
+        if len(totals) <= c:
+            totals.append(Trials())
+        totals[c].letters += t.letters
+        totals[c].alarms += t.alarms
+        totals[c].pairs_used += t.pairs_used
     busy = f" ({change.gpu_busy_pct:.0f} %)" if change.gpu_busy_pct is not None else ""
     medians = [f"{statistics.median(v):.3f} ms" if v else "—" for v in spread.values()]
     sds = " / ".join(f"{_sd_pct(v):.2f}" for v in spread.values())
@@ -308,6 +316,7 @@ def report(results: list[dict[str, Any]]) -> str:
         "| model | pairs | verdict | device time | step time | kernels / step | trials |",
         "|---|---|---|---|---|---|---|",
     ]
+    totals: dict[str, list[Trials]] = {}
     for r in results:
         if len(r.get("pairs", [])) < 2:
             continue
@@ -322,7 +331,7 @@ def report(results: list[dict[str, Any]]) -> str:
                 f"| `{letters}` |"
             )
             continue
-        models.append(_model_row(r, base, head))
+        models.append(_model_row(r, base, head, totals.setdefault(r["model"], [])))
         costs.append(_cost_row(r, base + head))
         bias += _bias_rows(r, base, head)
     choices = [
@@ -332,6 +341,19 @@ def report(results: list[dict[str, Any]]) -> str:
         if (c := r.get("autotune_choices"))
     ]
     out = ["Trials replayed through the gate's rule (alarms / trials, one letter a trial):", "", *models]
+    out += [
+        "",
+        "Every run's trials together (alarms / trials; A/A: passes / inconclusive / fails):",
+        "",
+        "| model | A/A | device +1 % | device +2 % | host plant |",
+        "|---|---|---|---|---|",
+        *(
+            f"| {model} | {t[0].letters.count('p')} / {t[0].letters.count('i')} / {t[0].letters.count('F')}"
+            f" ({t[0].alarms} alarms) | " + " | ".join(f"{x.alarms}/{len(x.letters)}" for x in t[1:]) + " |"
+            for model, t in totals.items()
+            if t
+        ),
+    ]
     if choices:
         out += ["", "Autotuning of the cold first pair (later pairs share one merged cache):", "", *choices]
     out += ["", "Cost:", "", *costs, "", "Side and order bias over all A/A pairs:", "", *bias]
@@ -369,10 +391,20 @@ def main() -> int:
     r.add_argument("--out", type=Path, default=Path("trust.json"))
     rep = sub.add_parser("report", help="replay recorded processes through the gate's rule")
     rep.add_argument("records", nargs="+", type=Path)
+    rep.add_argument(
+        "--warm",
+        action="store_true",
+        help="set each run's first pair aside: its caches were cold and each side autotuned on its "
+        "own, which a default review's timing pairs do not meet (its compile probe filled both "
+        "caches, merged before the first pair)",
+    )
     args = parser.parse_args()
     if args.cmd == "run":
         return run(args)
-    print(report([r for path in args.records for r in json.loads(path.read_text())]))
+    results = [r for path in args.records for r in json.loads(path.read_text())]
+    if args.warm:
+        results = [{**r, "pairs": r.get("pairs", [])[1:]} for r in results]
+    print(report(results))
     return 0
 
 
