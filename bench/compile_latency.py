@@ -26,7 +26,7 @@ from typing import Any
 
 from perfcheck.config import parse_config
 from perfcheck.review import ReviewRequest, run
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import CompileMetrics
 
 REPO = Path(__file__).resolve().parent.parent

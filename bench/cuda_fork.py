@@ -24,7 +24,7 @@ STEPS = [
     "import torch._inductor.compile_fx",
     "import torch.export",
     "from perfcheck.runner import timing_worker, worker",
-    "from perfcheck.runner.probes.base import load_builtin; load_builtin()",
+    "from perfcheck.runner.probes.lookup import load_builtin; load_builtin()",
     "import torch; torch.cuda.device_count()",
     "from perfcheck.runner.forkserver import _preimport; REFUSAL = _preimport()",
 ]

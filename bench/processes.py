@@ -32,7 +32,8 @@ from typing import Any
 from perfcheck.config import BudgetsConfig, CompileConfig, TimingConfig, WorkloadConfig
 from perfcheck.core.stats import ProcessEstimate, process_ratio
 from perfcheck.core.timing_gate import decide, metric, sequential
-from perfcheck.runner.orchestrate import SideSetup, side_caches
+from perfcheck.runner.review_run import SideSetup
+from perfcheck.runner.sides import side_caches
 from perfcheck.runner.timing import SIDES, Condition, SideRecord, pair_caches, run_pairs, shared_cpu
 from perfcheck.schema import MetricChange, Plant, TimingChange, TimingProcess
 from perfcheck.spec import ProbeSpec

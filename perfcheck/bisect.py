@@ -34,7 +34,8 @@ from perfcheck.core.compare import compare_workload
 from perfcheck.review import ReviewRequest, UsageError, sandboxed, select_probes, select_workloads
 from perfcheck.review import run as run_review
 from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.orchestrate import ReviewRun, SideSetup, probe_spec, run_probe
+from perfcheck.runner.probe_process import probe_spec, run_probe
+from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
 
 

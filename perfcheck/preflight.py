@@ -23,7 +23,7 @@ from perfcheck import __version__
 from perfcheck.config import WorkloadConfig
 from perfcheck.runner import sandbox
 from perfcheck.runner.loader import import_roots
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 
 # PYTHONSAFEPATH (3.11): a fresh probe process's launcher imports nothing from its working

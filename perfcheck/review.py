@@ -39,7 +39,9 @@ from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.orchestrate import ReviewRun, SideSetup, grouped, probe_env, run_review, side_walls
+from perfcheck.runner.orchestrate import grouped, run_review
+from perfcheck.runner.review_run import ReviewRun, SideSetup
+from perfcheck.runner.sides import probe_env, side_walls
 from perfcheck.schema import ProbeResult, ProbeRun, Review, Shard, SideInfo, WorkloadReview
 from perfcheck.stopping import STOPS, stop_name
 

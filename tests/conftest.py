@@ -18,7 +18,7 @@ from perfcheck.config import Config, parse_config
 from perfcheck.core import probes as probe_registry
 from perfcheck.review import ReviewRequest, run
 from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import Review
 
 # The cores this test session may use, before an xdist worker keeps to one of them.

@@ -25,7 +25,7 @@ from perfcheck.core.probes.compile import rows as compile_rows
 from perfcheck.core.probes.kind import Row
 from perfcheck.runner import callgrind
 from perfcheck.runner.latency_runs import choose
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import (
     CompileLatency,
     CompileMetrics,

@@ -14,8 +14,9 @@ from perfcheck.config import Config, WorkloadConfig, parse_config
 from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, custom_op_findings
 from perfcheck.core.render import render_comment
 from perfcheck.runner.loader import load_build
-from perfcheck.runner.probes.base import ProbeOutput, Workload, get_probe
+from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.probes.custom_op_probe import summarize
+from perfcheck.runner.probes.lookup import get_probe
 from perfcheck.schema import Finding, ProbeResult
 from perfcheck.spec import ProbeSpec
 

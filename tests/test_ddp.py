@@ -16,7 +16,7 @@ from perfcheck.config import Config, parse_config
 from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics, RankGraphs, findings
 from perfcheck.runner import sandbox
 from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import ProbeResult
 
 # Six 512×512 layers: with 1 MB buckets each layer is its own bucket, so DDPOptimizer splits.

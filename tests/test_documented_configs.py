@@ -14,7 +14,7 @@ from conftest import DEMO, REPO
 from perfcheck.config import parse_config
 from perfcheck.review import ReviewRequest, run
 from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import CompileMetrics
 
 README = REPO / "README.md"

@@ -6,7 +6,7 @@ import pytest
 from conftest import DEMO, ReviewFn
 
 from perfcheck.config import load_config
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import CompileMetrics
 
 

@@ -21,9 +21,9 @@ from conftest import ReviewFn, model_tree, write_tree
 from hostile_head import ATTACKS, HOSTILE, attacks_in
 
 from perfcheck import preflight
-from perfcheck.runner import orchestrate, sandbox
+from perfcheck.runner import orchestrate, sandbox, sides
 from perfcheck.runner.forkserver import DISABLE_ENV as FORKSERVER_ENV
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV, interpreter_folders
+from perfcheck.runner.sides import SHARED_CACHE_ENV, interpreter_folders
 
 needs_sandbox = pytest.mark.skipif(
     sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"
@@ -228,7 +228,7 @@ def test_merging_base_cache_into_heads_never_writes_through_a_link_head_planted(
     (head / "inductor").mkdir(parents=True)
     (head / "inductor" / "ab").symlink_to(elsewhere, target_is_directory=True)
     (head / "triton").symlink_to(elsewhere, target_is_directory=True)
-    orchestrate.merge_caches(head, [base])
+    sides.merge_caches(head, [base])
     assert list(elsewhere.iterdir()) == []
     for part in ("inductor/ab", "triton", "triton/cd"):
         assert (head / part).is_dir() and not (head / part).is_symlink(), part

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfcheck.runner.orchestrate import merge_caches, side_caches
+from perfcheck.runner.sides import merge_caches, side_caches
 from perfcheck.runner.timing import MERGED_MARK, pair_caches
 
 

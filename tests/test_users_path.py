@@ -18,7 +18,7 @@ import pytest
 from conftest import write_tree
 
 from perfcheck.runner import sandbox
-from perfcheck.runner.orchestrate import SHARED_CACHE_ENV
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 
 MODEL = """\
 import torch

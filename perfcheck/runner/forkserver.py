@@ -302,7 +302,7 @@ def _preimport() -> str | None:
     import torch.export
 
     from perfcheck.runner import timing_worker, worker  # noqa: F401
-    from perfcheck.runner.probes.base import load_builtin
+    from perfcheck.runner.probes.lookup import load_builtin
 
     load_builtin()
     if torch.cuda.is_initialized() or _cuda_driver_initialized():

@@ -10,483 +10,42 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
-from perfcheck.config import Config, WorkloadConfig, follow_up_probes, planned_probes
+from perfcheck.config import WorkloadConfig, follow_up_probes, planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import callgrind, channel, forkserver, latency_more, latency_runs, reaper, sandbox
+from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs, reaper
 from perfcheck.runner.budget import Budget, Step, latency_estimate_s, lightest_last, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
+from perfcheck.runner.probe_process import (
+    _outcome,
+    probe_spec,
+    run_probe,
+)
+from perfcheck.runner.review_run import ReviewRun, SideSetup
+from perfcheck.runner.sides import (
+    SHARED_CACHE_ENV,
+    copy_base_for_head,
+    side_caches,
+)
+from perfcheck.runner.timing import PendingLatency, latency_batch_pairs, run_paired, take_latency
 from perfcheck.schema import (
     CompileLatency,
     CompileMetrics,
-    ContractError,
     ProbeResult,
-    ProbeStatus,
     Side,
     TimingMetrics,
     WorkloadReview,
-    load_model,
     probe_metrics,
 )
-from perfcheck.spec import LatencyPlan, ProbeSpec, Walls, side_files
+from perfcheck.spec import LatencyPlan, ProbeSpec
 from perfcheck.stopping import STOPS
-
-if TYPE_CHECKING:
-    from perfcheck.runner.timing import PendingLatency
-
-LOG_TAIL_LINES = 12
-REAP_WAIT_S = 30.0  # for a killed child's server to report it reaped
-
-
-@dataclass(frozen=True)
-class SideSetup:
-    side: Side
-    tree: Path
-    python: str = sys.executable
-
-
-@dataclass(frozen=True)
-class ReviewRun:
-    base: SideSetup
-    head: SideSetup
-    config: Config
-    device: str = "cpu"
-    workloads: list[WorkloadConfig] = field(default_factory=list)
-    probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else the default ones
-    out_dir: Path = Path("perfcheck-out")
-    jobs: int = 1
-    sandboxed: bool = False  # each side's processes behind walls of their own (perfcheck/runner/sandbox.py)
-
-
-# What of a probe's log is read for its tail: its end, never the whole of it (a probe may write
-# hundreds of megabytes; read whole, a 400 MB log took the orchestrator to 1.09 GB).
-LOG_TAIL_BYTES = 256 * 1024
-
-
-def log_tail(log: Path, lines_wanted: int = LOG_TAIL_LINES) -> str:
-    """The last lines of a probe's log, read from at most its last ``LOG_TAIL_BYTES``."""
-    try:
-        with log.open("rb") as f:
-            size = f.seek(0, os.SEEK_END)
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            lines = f.read().decode(errors="replace").splitlines()
-    except OSError:
-        return ""
-    if size > LOG_TAIL_BYTES:
-        lines = lines[1:]  # the first line read may start mid-line
-    # Drop torch's import-time noise so the tail shows the failure itself.
-    lines = [ln for ln in lines if ln.strip() and "Failed to initialize NumPy" not in ln]
-    return "\n".join(lines[-lines_wanted:])
-
-
-def signal_name(code: int) -> str:
-    try:
-        return signal.Signals(-code).name
-    except ValueError:
-        return f"signal {-code}"
-
-
-def _failed(spec: ProbeSpec, status: ProbeStatus, message: str, duration: float) -> ProbeResult:
-    return ProbeResult(
-        probe=spec.probe,
-        workload=spec.workload.name,
-        side=spec.side,
-        status=status,
-        duration_s=round(duration, 3),
-        message=message,
-    )
-
-
-def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
-    """One compile cache per side and workload: the compile probe fills it with its cold compile,
-    and the timing probe's processes start warm from it; a side never sees the other's."""
-    return {side: workdir / "cache" / f"{side}-{workload}" for side in ("base", "head")}
-
-
-def base_for_head(workdir: Path, workload: str) -> Path:
-    """Head's own copy of base's compile cache, which head's processes see at base's cache's path
-    (perfcheck/runner/sandbox.py ``moved``): entries of base's that head's cache got name base's folder
-    (Triton's groups list absolute paths, Inductor writes beside a kernel it loaded), and head's
-    code must write none of base's."""
-    return workdir / "cache" / f"base-for-head-{workload}"
-
-
-def copy_base_for_head(workdir: Path, workload: str) -> None:
-    """A fresh copy of base's compile cache for head's processes (``base_for_head``)."""
-    copy = base_for_head(workdir, workload)
-    shutil.rmtree(copy, ignore_errors=True)
-    merge_caches(copy, [side_caches(workdir, workload)["base"]])
-    copy.mkdir(parents=True, exist_ok=True)
-
-
-def sandboxed_walls(spec: ProbeSpec, workdir: Path, *writable: Path) -> Walls | None:
-    """``spec.walls`` with the folders a process may write besides, and for head, its copy of
-    base's cache shown where base's is, once the orchestrator made one."""
-    if spec.walls is None:
-        return None
-    walls = spec.walls.with_writable(*writable)
-    copy = base_for_head(workdir, spec.workload.name)
-    if spec.side == "head" and copy.is_dir():
-        walls = walls.with_moved(copy, side_caches(workdir, spec.workload.name)["base"])
-    return walls
-
-
-def merge_caches(into: Path, sources: Sequence[Path]) -> None:
-    """Every file of each source into ``into``; a later source's file replaces an earlier's.
-
-    Why the timing processes share one cache: Inductor autotunes some kernels on their first run
-    and keeps the chosen config in the cache beside the kernel. Two cold compiles of identical
-    code, made at the same time on one GPU, can choose differently, and every later process of
-    that side inherits the choice: measured on the H200, an A/A Llama read -0.73 % device time
-    (-0.78 ... -0.67) over 25 process pairs, from the first pair on. Entries are keyed by content,
-    so in a merged cache identical kernels share one choice (base's) and code only head has keeps
-    head's own. Files are copied, never hard-linked: a process that wrote into a linked file in
-    place would change the source, and a source is another side's cache.
-    """
-    for source in sources:
-        if not source.is_dir():
-            continue
-        for path in source.rglob("*"):  # never into a linked folder (rglob does not follow them)
-            if path.is_dir() or path.is_symlink():
-                continue
-            dest = into / path.relative_to(source)
-            _real_folders(into, dest.parent)
-            dest.unlink(missing_ok=True)  # a link planted at the file's path goes, not its target
-            shutil.copy2(path, dest, follow_symlinks=False)
-
-
-def _real_folders(root: Path, folder: Path) -> None:
-    """``folder`` and every folder between it and ``root``, made where missing, each a real folder:
-    a link planted there (by PR code that wrote its own cache) is replaced, never written through."""
-    root.mkdir(parents=True, exist_ok=True)
-    current = root
-    for part in folder.relative_to(root).parts:
-        current = current / part
-        if current.is_symlink() or (current.exists() and not current.is_dir()):
-            current.unlink()
-        current.mkdir(exist_ok=True)
-
-
-# Set to a folder, every probe process of every review compiles into that one cache, warm after
-# the first: for test suites and repeated local runs, where the cache is not what is measured.
-# Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
-# is not measured (perfcheck/runner/latency_runs.py).
-SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
-
-
-TRACE_ENV = "TORCH_TRACE"
-
-
-def probe_env(cache: Path, trace_dir: Path | None = None) -> dict[str, str]:
-    """The environment of a probe process whose compile cache is ``cache`` (the shared one instead,
-    where SHARED_CACHE_ENV names one). Where the user set TORCH_TRACE, torch's structured trace
-    goes to ``trace_dir``, a folder the side's sandbox may write (its files folder), whatever
-    folder TORCH_TRACE named: a sandboxed probe can write nowhere else, and the two sides must
-    not write into one folder; a process given no ``trace_dir`` (a timing worker) makes none."""
-    override = os.environ.get(SHARED_CACHE_ENV)
-    if override:
-        cache = Path(override)
-    traced = {}
-    if os.environ.get(TRACE_ENV) and trace_dir is not None:
-        trace_dir.mkdir(parents=True, exist_ok=True)
-        traced = {TRACE_ENV: str(trace_dir)}
-    env = {k: v for k, v in os.environ.items() if k != TRACE_ENV}
-    return {
-        # In a shared cache Dynamo would record the shapes it saw and compile the next process
-        # dynamic from the start; each process must compile as a fresh run of the code would. A
-        # cache of the process's own has no record to read: set there too, so that every probe
-        # process of an interpreter has one environment and one fork server (perfcheck/runner/forkserver.py).
-        "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0",
-        **env,
-        "PYTHONUNBUFFERED": "1",
-        # The tree is the PR's: it must not shadow perfcheck itself by sitting first on sys.path.
-        "PYTHONSAFEPATH": "1",
-        # Both sides hash alike: dict layout is one of the ways two runs of identical code differ.
-        "PYTHONHASHSEED": "0",
-        # A compiler cache of the probe's own keeps "cold compile" cold and the sides independent.
-        "TORCHINDUCTOR_CACHE_DIR": str(cache / "inductor"),
-        "TRITON_CACHE_DIR": str(cache / "triton"),
-        **traced,
-    }
-
-
-@dataclass(frozen=True)
-class Ended:
-    """How a probe process ended: its exit code (None: killed at its time limit) and what it handed
-    back through its result channel (None: more than the channel carries); ``lost``: why its exit
-    code is unknown, when it is."""
-
-    code: int | None
-    result: bytes | None
-    lost: str | None = None
-
-
-def run_module(
-    python: str,
-    module: str,
-    spec_path: Path,
-    cwd: str,
-    env: dict[str, str],
-    timeout_s: float,
-    log_path: Path,
-    prefix: Sequence[str] = (),
-    forks: ForkServers | None = None,
-    walls: Walls | None = None,
-    deadline: float | None = None,
-) -> Ended:
-    """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
-    fork server of ``forks`` where one serves (perfcheck/runner/forkserver.py), else a fresh process. When it
-    ends, at its time limit or by itself, its process group is killed and every orphan it left is
-    reaped (perfcheck/runner/reaper.py); only then is its result channel read. With ``walls``, it runs in
-    that sandbox (perfcheck/runner/sandbox.py), forked or fresh. ``deadline`` (monotonic): its time
-    limit ends there at the latest, however long a fork server took to start before it."""
-    with log_path.open("wb") as log, channel.open_channel() as result:
-        child = None
-        if forks is not None and not prefix:
-            args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
-            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno(), walls)
-        if child is not None:
-            return _ended_child(child, _until(timeout_s, deadline), result)
-        argv = [*prefix, python, "-m", module, str(spec_path), channel.argument(result)]
-        with reaper.spawning() as ours:
-            proc = subprocess.Popen(
-                behind_walls(argv, walls),
-                cwd=cwd,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                pass_fds=(result.fileno(),),
-            )
-            ours(proc.pid)
-        try:
-            code: int | None = proc.wait(timeout=_until(timeout_s, deadline))
-        except subprocess.TimeoutExpired:
-            code = None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)  # what is left of its group, at any ending
-        proc.wait()
-        reaper.finished(proc.pid)
-        reaper.reap_orphans()
-        return Ended(code, channel.read_back(result))
-
-
-def _until(timeout_s: float, deadline: float | None) -> float:
-    # At least a moment: a socket given no time at all would not wait (EAGAIN), it would fail.
-    return timeout_s if deadline is None else max(0.01, min(timeout_s, deadline - time.monotonic()))
-
-
-def behind_walls(argv: list[str], walls: Walls | None) -> list[str]:
-    """``argv``, behind ``walls`` where there are any."""
-    return argv if walls is None else sandbox.command(walls.model_dump_json(), argv)
-
-
-def _ended_child(child: forkserver.Child, timeout_s: float, result: IO[bytes]) -> Ended:
-    """``run_module``'s ending for a forked child: its server waits for it, this process kills."""
-    code, lost = None, None
-    try:
-        try:
-            code = child.wait(timeout_s)
-        finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(child.pid, signal.SIGKILL)  # what is left of its group, at any ending
-        if code is None:  # killed at its time limit: its server reaps it, then nothing of it runs
-            with contextlib.suppress(forkserver.ServerLost):
-                child.wait(REAP_WAIT_S)
-    except forkserver.ServerLost as err:
-        lost = str(err)
-    finally:
-        child.close()
-    reaper.reap_orphans()  # the child itself too, if its server died: it was re-parented here
-    return Ended(code, channel.read_back(result), lost)
-
-
-def run_probe(
-    spec: ProbeSpec,
-    python: str,
-    timeout_s: float,
-    workdir: Path,
-    cache: Path | None = None,
-    *,
-    tag: str = "",
-    prefix: Sequence[str] = (),
-    extra_env: dict[str, str] | None = None,
-    forks: ForkServers | None = None,
-    writable: Sequence[Path] = (),
-    deadline: float | None = None,
-) -> ProbeResult:
-    """Run one probe in a process of its own (forked from one of ``forks``' servers where one
-    serves); never raises for anything the probe does. ``tag`` tells apart the logs of several
-    processes of one probe; ``prefix`` runs it under another program (valgrind); without ``cache``
-    the process compiles into a fresh cache of its own. In a sandbox (``spec.walls``) it may write
-    that cache and ``writable``, nothing else of the machine's but its side's scratch folder."""
-    stem = f"{spec.side}-{spec.workload.name}-{spec.probe}{tag}"
-    spec_path, log_path = workdir / f"{stem}.spec.json", workdir / f"{stem}.log"
-    spec_path.write_text(spec.model_dump_json())
-    start = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix=f"perfcheck-{stem}-") as own:
-        folder = cache if cache is not None else Path(own)
-        env = probe_env(folder, side_files(workdir, spec.side) / "torch_trace")
-        env.update(extra_env or {})
-        if not forkserver.serves(spec.device) or TRACE_ENV in env:
-            # A server that imported torch with TORCH_TRACE set opened its trace file there (its
-            # warm-up compile), and a forked child shares, then closes, that descriptor.
-            forks = None
-        walls = sandboxed_walls(spec, workdir, folder, *writable)
-        ended = run_module(
-            python,
-            "perfcheck.runner.worker",
-            spec_path,
-            spec.tree,
-            env,
-            timeout_s,
-            log_path,
-            prefix,
-            forks,
-            walls,
-            deadline,
-        )
-    code = ended.code
-    if ended.lost is not None:
-        tail = log_tail(log_path)
-        return _failed(spec, "crashed", f"{ended.lost}\n{tail}".strip(), time.monotonic() - start)
-    if code is None:
-        message = f"no result after {timeout_s:g} s; the process was killed"
-        if deadline is not None and time.monotonic() >= deadline:
-            message = (
-                f"no result by its deadline, after {time.monotonic() - start:.0f} s; the process was killed"
-            )
-        return _failed(spec, "timeout", message, time.monotonic() - start)
-    duration = time.monotonic() - start
-    tail = log_tail(log_path)
-    if code < 0:
-        return _failed(
-            spec, "crashed", f"the probe process died of {signal_name(code)}\n{tail}".strip(), duration
-        )
-    if code != 0 or not ended.result:
-        how = f"exited with code {code}"
-        if code == 0:
-            how = "handed back a result over 64 MB" if ended.result is None else "ended without a result"
-        return _failed(spec, "crashed", f"the probe process {how}\n{tail}".strip(), duration)
-    try:
-        result = load_model(ProbeResult, ended.result, stem)
-    except ContractError as err:
-        return _failed(spec, "crashed", f"the probe wrote an invalid result: {err}", duration)
-    if (result.side, result.workload, result.probe) != (spec.side, spec.workload.name, spec.probe):
-        return _failed(spec, "crashed", "the probe wrote a result for another probe", duration)
-    return result  # its metrics were checked against its probe's model as it was read
-
-
-def _outcome(result: ProbeResult) -> str:
-    return (
-        result.status
-        if result.status == "ok"
-        else f"{result.status}: {(result.message or '').splitlines()[0]}"
-    )
-
-
-def interpreter_folders(python: str) -> list[Path]:
-    """Where an interpreter and what it imports live: its environment (a venv's root) and the
-    installation it was made from, perfcheck's own source, and this interpreter's."""
-    import perfcheck
-
-    found = [Path(python).parent.parent, Path(os.path.realpath(python)).parent.parent]
-    # The folder holding the perfcheck package (a checkout's root, or site-packages), also where
-    # the package folder itself is a link.
-    package = Path(perfcheck.__file__).parent
-    found += [Path(sys.prefix), Path(sys.base_prefix), package.parent, package.resolve().parent]
-    return found
-
-
-def import_folders(python: str) -> list[Path]:
-    """The folders a probe process's interpreter imports from besides its install: PYTHONPATH's
-    (the probes inherit it), and where ``python`` is this interpreter, the path entries its site
-    packages add (an editable install's ``.pth``). Not this process's first entry, which is the
-    folder it was started from."""
-    entries = [e for e in os.environ.get("PYTHONPATH", "").split(os.pathsep) if e]
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        entries += sys.path[1:]
-    return [Path(e).resolve() for e in dict.fromkeys(entries) if os.path.isabs(e) and os.path.isdir(e)]
-
-
-def entry_folders(run: ReviewRun, tree: Path) -> list[Path]:
-    """The folders of workload files a config names outside the tree (``../ci/bench.py:build``),
-    which the side's processes must read."""
-    root = tree.resolve()
-    found = []
-    for wl in run.workloads:
-        target = wl.entry.rpartition(":")[0]
-        if target.endswith(".py"):
-            path = (root / target).resolve()
-            if not path.is_relative_to(root):
-                found.append(path.parent)
-    return found
-
-
-def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
-    """The sandbox of ``side``'s probe processes (None where the review runs without): the other
-    side's tree, and every scratch and files folder of the review but its own, hidden (and from
-    base every compile cache but its own: head reads base's, read-only); its
-    own tree, the review's output folder, workload files outside the tree and the interpreters
-    visible and read-only; its own scratch folder as /tmp; its files folder (a profile's trace)
-    writable. Each process adds the caches it may write (``run_probe``, ``TimingWorker``)."""
-    if not run.sandboxed:
-        return None
-    out = run.out_dir.resolve()
-    workdir = out / "probes"
-    other = run.head if side.side == "base" else run.base
-    visible = [side.tree.resolve(), out, *interpreter_folders(side.python), *entry_folders(run, side.tree)]
-    # Head's processes read base's compile caches (read-only): a kernel's cache entries name the
-    # folder it was compiled in (Triton's groups list absolute paths), and identical code must
-    # find base's kernels and autotuning choices (perfcheck/runner/timing.py ``pair_caches``). Nothing of
-    # the caches head's processes write is seen by base's.
-    caches = () if side.side == "head" else (workdir / "cache",)
-    hidden = (other.tree.resolve(), *caches, workdir / "scratch", workdir / "files")
-    # The folders the operator's environment imports from (PYTHONPATH, an editable install's
-    # path entry), read-only, where they lie outside what the walls hide on purpose.
-    visible += [
-        p for p in import_folders(side.python) if not any(sandbox.holds(str(h), str(p)) for h in hidden)
-    ]
-    shared = os.environ.get(SHARED_CACHE_ENV)
-    return Walls(
-        scratch=str(workdir / "scratch" / side.side),
-        hidden=tuple(str(p) for p in hidden),
-        visible=tuple(dict.fromkeys(str(p) for p in visible)),
-        # The one cache of SHARED_CACHE_ENV is every process's, both sides' (a test-only knob).
-        writable=(str(side_files(workdir, side.side)), *((shared,) if shared else ())),
-    )
-
-
-def probe_spec(run: ReviewRun, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
-    return ProbeSpec(
-        probe=probe,
-        side=side.side,
-        tree=str(side.tree.resolve()),
-        device=run.device,  # type: ignore[arg-type]
-        workload=wl,
-        compile=run.config.compile,
-        timing=run.config.timing,
-        plugins=tuple(run.config.plugins),
-        settings={
-            k.name: section.model_dump(mode="json")
-            for k in probes.kinds()
-            if (section := k.settings_of(run.config)) is not None
-        },
-        walls=side_walls(run, side),
-    )
 
 
 def run_review(
@@ -568,7 +127,6 @@ class _Review:
         self.callgrind_overran: str | None = None
 
     def run(self) -> list[WorkloadReview]:
-        from perfcheck.runner.timing import run_paired
 
         run, workdir = self.run_, self.workdir
         reaper.become_subreaper()  # so that no process a probe starts outlives it
@@ -964,7 +522,6 @@ class _Review:
             budget.skip(label, expected, why)
             self.progress.begin(label).finish(why)  # a step of the plan, counted, that did not run
             return collected + _skipped(run, wl, probe, why)
-        from perfcheck.runner.timing import latency_batch_pairs
 
         latency_pairs = self._latency_pairs(wl, collected, expected)
         # Its samples wait where one batch of compiles has room for them: for the next workload's
@@ -1059,7 +616,6 @@ class _Review:
         """The samples the waiting workers owe, made all at once, joined to their workloads'
         compile results; within what is left of the review's time budget, else cut, saying so.
         ``during``: the workload whose timing workers set up meanwhile, said in the step's line."""
-        from perfcheck.runner.timing import take_latency
 
         if not self.pending:
             return collected

@@ -36,17 +36,9 @@ from perfcheck.core.stats import fast_mean
 from perfcheck.core.timing_gate import decide, held_open, sequential
 from perfcheck.runner import channel, forkserver, reaper
 from perfcheck.runner.device_metrics import pooled
-from perfcheck.runner.orchestrate import (
-    REAP_WAIT_S,
-    SideSetup,
-    behind_walls,
-    copy_base_for_head,
-    log_tail,
-    merge_caches,
-    probe_env,
-    sandboxed_walls,
-    side_caches,
-)
+from perfcheck.runner.probe_process import REAP_WAIT_S, behind_walls, log_tail
+from perfcheck.runner.review_run import SideSetup
+from perfcheck.runner.sides import copy_base_for_head, merge_caches, probe_env, sandboxed_walls, side_caches
 from perfcheck.schema import (
     CompileLatency,
     CompileSample,
@@ -777,7 +769,7 @@ def pair_caches(workdir: Path, workload: str, first: bool) -> dict[str, Path]:
     filled. After the first, base's files are copied over head's once, so identical code runs
     identical kernels with identical autotuning choices (``merge_caches`` says why). The caches
     stay where they were compiled, since entries name their folder; head's processes see base's
-    read-only (perfcheck/runner/orchestrate.py ``side_walls``), and nothing head's code writes reaches a
+    read-only (perfcheck/runner/sides.py ``side_walls``), and nothing head's code writes reaches a
     base process: base's cache has only base's files, and copies share no inode."""
     own = side_caches(workdir, workload)
     merged = own["head"] / MERGED_MARK

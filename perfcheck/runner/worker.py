@@ -17,7 +17,8 @@ from perfcheck.runner.channel import write_result
 from perfcheck.runner.fingerprint import environment
 from perfcheck.runner.loader import WorkloadError, call_build, load_build
 from perfcheck.runner.locate import exception_location, relative_path
-from perfcheck.runner.probes.base import Workload, get_probe
+from perfcheck.runner.probes.base import Workload
+from perfcheck.runner.probes.lookup import get_probe
 from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import ProbeResult, load_model
 from perfcheck.spec import ProbeSpec

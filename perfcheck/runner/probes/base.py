@@ -1,12 +1,12 @@
-"""The probe interface and registry.
+"""The probe interface: what a probe's run gets (a built workload) and hands back (ProbeOutput).
 
 A probe measures one aspect of one workload on one side and returns its metrics; the worker
-process wraps that into a ProbeResult. Probes never compare sides: that is the bot's job.
+process wraps that into a ProbeResult. Probes never compare sides: that is the bot's job. Which
+run function a probe name means is perfcheck/runner/probes/lookup.py's to say.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -52,44 +52,6 @@ class Probe(Protocol):
     def name(self) -> str: ...
 
     def run(self, spec: ProbeSpec, build: Callable[[], Workload]) -> ProbeOutput: ...
-
-
-_REGISTRY: dict[str, Callable[[], Probe]] = {}
-
-
-def register(name: str) -> Callable[[Callable[[], Probe]], Callable[[], Probe]]:
-    def deco(factory: Callable[[], Probe]) -> Callable[[], Probe]:
-        _REGISTRY[name] = factory
-        return factory
-
-    return deco
-
-
-def load_builtin() -> None:
-    """Import the run modules of perfcheck's own probes (each descriptor's ``run=``) and the
-    runner's worker-only ``compile_latency`` probe (the compile probe's cache-cold compiles under
-    valgrind, which registers itself on import), as a fork server does before it forks: called
-    here rather than in the package's __init__ so that torch loads only in probe processes."""
-    from perfcheck.core import probes
-    from perfcheck.runner.probes import compile_latency_probe  # noqa: F401
-
-    for kind in probes.built_in():
-        if kind.run is not None:
-            importlib.import_module(kind.run.partition(":")[0])
-
-
-def get_probe(name: str) -> Probe:
-    load_builtin()
-    if name in _REGISTRY:
-        return _REGISTRY[name]()
-    from perfcheck.core import probes
-
-    kind = probes.get(name)
-    if kind is None or kind.run is None:
-        known = sorted({*_REGISTRY, *probes.names()})
-        raise KeyError(f"unknown probe {name!r}; known: {', '.join(known)}")
-    module, _, function = kind.run.partition(":")
-    return PluginProbe(kind, getattr(importlib.import_module(module), function))
 
 
 PluginRun = Callable[[ProbeSpec, Callable[[], Workload], Any], ProbeOutput]

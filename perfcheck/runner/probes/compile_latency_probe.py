@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from perfcheck.runner.callgrind import Counter
 from perfcheck.runner.cold_compile import cold_compile
-from perfcheck.runner.probes.base import ProbeOutput, Workload, register
+from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.schema import CompileLatency
 from perfcheck.spec import ProbeSpec
 
@@ -29,8 +29,3 @@ class CompileLatencyProbe:
         samples = [cold_compile(spec, build, counter) for _ in range(plan.compiles)]
         latency = CompileLatency(measure=plan.measure, samples=samples)
         return ProbeOutput(metrics={"latency": latency.model_dump(mode="json")})
-
-
-@register("compile_latency")
-def _factory() -> CompileLatencyProbe:
-    return CompileLatencyProbe()
