@@ -1,4 +1,4 @@
-"""The README's "Where a change goes" names real files: a newcomer who follows it lands in the
+"""docs/layout.md's "Where a change goes" names real files: a newcomer who follows it lands in the
 file it names, not in one that moved."""
 
 from __future__ import annotations
@@ -8,10 +8,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+LAYOUT = ROOT / "docs" / "layout.md"
+MATRIX = ROOT / "docs" / "matrix.md"
 
 
 def where_a_change_goes() -> str:
-    text = README.read_text(encoding="utf-8")
+    text = LAYOUT.read_text(encoding="utf-8")
     start = text.index("#### Where a change goes")
     end = text.index("\n#", start + 1)
     return text[start:end]
@@ -44,22 +46,31 @@ def test_the_check_sees_a_path_that_is_gone() -> None:
     assert not (ROOT / named_paths(section)[0]).exists()
 
 
-def test_what_it_catches_lists_every_built_in_category_with_its_own_severity() -> None:
-    # The README's table is written by hand; a category's severity is said once, in its entry.
-    from perfcheck.core import probes
-    from perfcheck.core.matrix import known
-
-    text = README.read_text(encoding="utf-8")
+def what_it_catches(page: Path) -> dict[str, str]:
+    """The categories of a page's "What it catches" table, each with the severity it gives."""
+    text = page.read_text(encoding="utf-8")
     start = text.index("## What it catches")
     table = text[start : text.index("\n\n", text.index("| finding |", start))]
     listed: dict[str, str] = {}
     for line in table.splitlines():
         if not line.startswith("| `"):
             continue
-        first, _probe, severity = (cell.strip() for cell in line.split(" | ")[:3])
+        first, _probe, severity = (cell.strip() for cell in line.strip().strip("|").split(" | ")[:3])
         names = re.findall(r"`([a-z_0-9]+)`", first)
         said = severity.split(" / ")
         listed |= dict(zip(names, said if len(said) == len(names) else said * len(names), strict=True))
+    return listed
+
+
+def test_what_it_catches_lists_every_built_in_category_with_its_own_severity() -> None:
+    # The tables, the README's summary and docs/matrix.md's in full, are written by hand; a
+    # category's severity is said once, in its entry.
+    from perfcheck.core import probes
+    from perfcheck.core.matrix import known
+
     entries = known()
-    assert set(listed) == {c for kind in probes.built_in() for c in kind.raised()}
-    assert {c: s for c, s in listed.items() if entries[c].severity != s} == {}
+    raised = {c for kind in probes.built_in() for c in kind.raised()}
+    for page in (README, MATRIX):
+        listed = what_it_catches(page)
+        assert set(listed) == raised, page.name
+        assert {c: s for c, s in listed.items() if entries[c].severity != s} == {}, page.name
