@@ -151,7 +151,7 @@ _REMOVED_TIMING_KEYS = {
 
 
 class TimingConfig(_Section):
-    """How the timing probe measures; see README "Measuring"."""
+    """How the timing probe measures; see docs/measuring.md."""
 
     compiled: bool = Field(default=True, description="time the torch.compile'd model (false: eager)")
     processes: int = Field(

@@ -328,7 +328,7 @@ def sandboxed(env: Mapping[str, str], unavailable: Callable[[], str | None]) -> 
     if actions:
         raise SetupError(
             f"the probes need a sandbox per side and this runner cannot make one ({why}); it needs "
-            "unprivileged user namespaces (README: 'What a self-hosted runner needs'), or set "
+            "unprivileged user namespaces (docs/security.md: 'What a self-hosted runner needs'), or set "
             f"{sandbox.DISABLE_ENV}=0 to run PR code unisolated"
         )
     return False, f"no sandbox on this machine ({why}): the sides run unisolated"
