@@ -10,10 +10,18 @@ import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
@@ -302,6 +310,36 @@ def whole_phrases(values: list[str]) -> list[str]:
     return values
 
 
+def gitignore_pattern(pattern: str) -> str:
+    """``pattern`` when it is a gitignore line that can match a file (pathspec's GitIgnoreSpec, the
+    matcher of `paths`), else a ValueError that says why: pathspec refuses a `!` with no pattern
+    after it and a backslash that escapes nothing, and reads a comment, a blank or an unclosed `[`
+    as matching nothing. pathspec is imported here, only for a config that sets `paths`."""
+    from pathspec import GitIgnoreSpec
+    from pathspec.patterns.gitignore import GitIgnorePatternError
+
+    line = pattern.rstrip()
+    try:
+        spec = GitIgnoreSpec.from_lines([pattern])
+    except GitIgnorePatternError as err:
+        if line == "!":
+            why = "`!` leaves out the files a pattern after it names, and none follows"
+        elif line.endswith("\\"):
+            why = "it ends in a backslash that escapes nothing (`\\\\` is a backslash)"
+        else:
+            why = str(err.__cause__ or err)
+        raise ValueError(f"a gitignore pattern; {why}") from None
+    if all(p.include is None for p in spec.patterns):
+        if line.startswith("#"):
+            why = "gitignore reads a line that starts with # as a comment (`\\#` is a #)"
+        elif not line:
+            why = "this one is blank"
+        else:
+            why = "gitignore discards this one (an unclosed `[`, or `/` alone)"
+        raise ValueError(f"a gitignore pattern that can match a file; {why}")
+    return pattern
+
+
 class MatrixEntry(_Section):
     """A project's own root-cause matrix entry, added to or replacing the built-in one."""
 
@@ -365,8 +403,10 @@ class Config(_Section):
         description="category -> entry: the project's additions to the root-cause matrix",
     )
     acks: list[AckEntry] = Field(default_factory=list, description="known changes, accepted with a reason")
-    paths: list[str] = Field(
-        default_factory=lambda: ["**/*.py"], description="globs of files whose change triggers a review"
+    paths: list[Annotated[str, AfterValidator(gitignore_pattern)]] = Field(
+        default_factory=lambda: ["**/*.py"],
+        description="gitignore (gitwildmatch) patterns of the files whose change triggers a review; "
+        "the last pattern that matches a file decides, so `!pattern` leaves out what an earlier one named",
     )
     plugins: list[str] = Field(
         default_factory=list,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+from conftest import perfcheck_cli
 
 from perfcheck.config import Config, ConfigError, load_config, parse_config
 from perfcheck.core.probes.export import ExportSettings
@@ -69,6 +71,23 @@ paths: ["torch/_dynamo/**", "models/**/*.py"]
             "matrix: {recompile: {severity: fatal}}",
             "matrix.recompile.severity: expected 'error', 'warning' or",
         ),
+        # paths: gitignore patterns, each compiled by pathspec; one it refuses or reads as nothing
+        ("paths: ['*.py', '!']", "paths[1]: expected a gitignore pattern; `!` leaves out the files"),
+        (
+            "paths: ['models\\']",
+            "paths[0]: expected a gitignore pattern; it ends in a backslash that escapes nothing",
+        ),
+        (
+            "paths: ['#models']",
+            "paths[0]: expected a gitignore pattern that can match a file; gitignore reads",
+        ),
+        ("paths: ['']", "paths[0]: expected a gitignore pattern that can match a file; this one is blank"),
+        (
+            "paths: ['a/[bc']",
+            "paths[0]: expected a gitignore pattern that can match a file; gitignore discards",
+        ),
+        ("paths: [3]", "paths[0]: expected text (got 3)"),
+        ("paths: '*.py'", "paths: expected a list"),
         ("- just\n- a list", "(top level): expected a mapping"),
         ("workloads: [unclosed", "not valid YAML"),
     ],
@@ -79,6 +98,23 @@ def test_errors_name_file_key_and_expectation(text: str, expected: str) -> None:
     message = str(err.value)
     assert message.startswith("repo/perfcheck.yml:")
     assert expected in message
+
+
+def test_paths_take_gitignore_lines_with_negation_classes_and_folders() -> None:
+    paths = ["torch/_inductor/", "*.py", "!**/test_*.py", "models/[ab]*.py", "**/conf/**", "\\#notes.md"]
+    assert parse_config(f"paths: {json.dumps(paths)}", "perfcheck.yml").paths == paths
+
+
+def test_a_bad_pattern_in_paths_exits_2_naming_file_key_and_expectation(tmp_path: Path) -> None:
+    """Through the real command: `plan` reads the config before it decides anything."""
+    (tmp_path / "perfcheck.yml").write_text("paths:\n  - torch/\n  - '!'\n")
+    event = tmp_path / "event.json"
+    webhooks = Path(__file__).parent / "data" / "webhooks" / "pull_request.json"
+    event.write_text(json.dumps(json.loads(webhooks.read_text())[0]))
+    done = perfcheck_cli("plan", "--event-name", "pull_request", "--event-path", str(event), cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert f"{tmp_path / 'perfcheck.yml'}: paths[1]: expected a gitignore pattern" in done.stderr
+    assert "(got '!')" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_duplicate_workload_names_are_rejected() -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,11 +101,81 @@ def test_paths_filter_with_complete_and_truncated_file_lists() -> None:
     assert plan("pull_request", payload, truncated).run  # more files than the API lists: reviewed
 
 
-def test_glob_semantics() -> None:
-    files = ("models/a.py", "models/deep/b.py", "modelsx/c.py", "models/readme.md")
-    assert matching_files(files, ["models/**/*.py"]) == ["models/a.py", "models/deep/b.py"]
-    assert matching_files(files, ["*.py"]) == []
-    assert matching_files(files, ["**/*.md"]) == ["models/readme.md"]
+FILES = (
+    "conftest.py",
+    "models/a.py",
+    "models/deep/b.py",
+    "models/readme.md",
+    "modelsx/c.py",
+    "src/models/d.py",
+    "torch/_dynamo/eval_frame.py",
+    "torch/_inductor/lowering.py",
+    "torch/_inductor/test_lowering.py",
+    "torch/utils/conftest.py",
+)
+
+
+PY = [f for f in FILES if f.endswith(".py")]
+
+
+@pytest.mark.parametrize(
+    ("globs", "matched"),
+    [
+        # ** is any number of folders, none included; * stays within one
+        ("models/**/*.py", ["models/a.py", "models/deep/b.py"]),
+        ("models/*.py", ["models/a.py"]),
+        ("**/*.md", ["models/readme.md"]),
+        # a name without a slash matches at any depth; a leading / anchors it at the root
+        ("conftest.py", ["conftest.py", "torch/utils/conftest.py"]),
+        ("*.md", ["models/readme.md"]),
+        ("/conftest.py", ["conftest.py"]),
+        # dir/ is every file under a folder of that name (anchored where a slash comes before the last)
+        ("models/", ["models/a.py", "models/deep/b.py", "models/readme.md", "src/models/d.py"]),
+        ("torch/_inductor/", ["torch/_inductor/lowering.py", "torch/_inductor/test_lowering.py"]),
+        # character classes, one of them negated
+        ("torch/_[di]*/*.py", [f for f in PY if f.startswith(("torch/_dynamo/", "torch/_inductor/"))]),
+        ("[!mt]*/**/*.py", ["src/models/d.py"]),
+        # ! leaves out what an earlier pattern named: the last one that matches a file decides
+        ("*.py !**/test_*.py", [f for f in PY if "test_" not in f]),
+        ("*.py !models/** models/deep/**", [f for f in PY if f != "models/a.py"]),
+        # each file is judged by its path: a ! takes a file back from under a folder named before
+        # it (git, which never looks inside an ignored folder, would not), and a folder pattern
+        # after a ! that named the files themselves does not take them back (dir/** does, above)
+        ("torch/ !**/test_*.py", [f for f in PY if f.startswith("torch/") and "test_" not in f]),
+        ("*.py !models/** models/deep/", [f for f in PY if not f.startswith("models/")]),
+        # !dir/ names the folder, not the files in it that a file pattern named, as in git
+        ("*.py !models/", PY),
+    ],
+)
+def test_paths_are_gitignore_patterns(globs: str, matched: list[str]) -> None:
+    assert matching_files(FILES, globs.split()) == matched
+
+
+def test_a_pattern_without_a_slash_matches_at_depth_where_the_old_matcher_did_not() -> None:
+    """The hand-written matcher read `*.py` as top-level files only; gitignore, like `**/*.py`."""
+    assert matching_files(FILES, ["*.py"]) == matching_files(FILES, ["**/*.py"])
+    assert "torch/_inductor/lowering.py" in matching_files(FILES, ["*.py"])
+
+
+def test_pathspec_is_imported_by_the_match_not_by_the_modules() -> None:
+    """perfcheck.config and the planner load without pathspec; a config that sets `paths` imports
+    it to check them (so every side that reads such a config needs it installed, as it is)."""
+    probe = (
+        "import sys, perfcheck.bot.plan; from perfcheck.config import parse_config; "
+        "parse_config('workloads: [{name: a, entry: m.py:f}]', 'f.yml'); print('pathspec' in sys.modules); "
+        "parse_config('paths: [a/]', 'f.yml'); print('pathspec' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]
+
+
+def test_a_negated_pattern_makes_a_pr_of_tests_only_skipped() -> None:
+    config = parse_config("paths: [torch/_inductor/, '!**/test_*.py']", "perfcheck.yml")
+    payload = example("pull_request", "opened")
+    tests_only = Context(config=config, changed_files=("torch/_inductor/test_lowering.py",))
+    assert not plan("pull_request", payload, tests_only).run
+    with_code = Context(config=config, changed_files=("torch/_inductor/lowering.py",))
+    assert plan("pull_request", payload, with_code).run
 
 
 def pr_comment(

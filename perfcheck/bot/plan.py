@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +33,9 @@ from perfcheck.bot.events import (
 from perfcheck.bot.timestamps import instant
 from perfcheck.config import Config
 from perfcheck.core import markdown
+
+if TYPE_CHECKING:
+    from pathspec import GitIgnoreSpec
 
 # Collaborator permissions, weakest first; the API's `role_name` adds triage and maintain.
 PR_ACTIONS = ("opened", "synchronize", "reopened", "ready_for_review", "labeled")
@@ -97,24 +100,20 @@ class Context:
 
 
 @cache
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    out, i = "", 0
-    while i < len(pattern):
-        if pattern.startswith("**/", i):
-            out, i = out + "(?:.*/)?", i + 3
-        elif pattern.startswith("**", i):
-            out, i = out + ".*", i + 2
-        elif pattern[i] == "*":
-            out, i = out + "[^/]*", i + 1
-        elif pattern[i] == "?":
-            out, i = out + "[^/]", i + 1
-        else:
-            out, i = out + re.escape(pattern[i]), i + 1
-    return re.compile(out + r"\Z")
+def _spec(globs: tuple[str, ...]) -> GitIgnoreSpec:
+    """The config's `paths` as one gitignore spec (pathspec's GitIgnoreSpec): each changed file is
+    judged by the last pattern that matches it, so a `!` pattern leaves out what an earlier one
+    named. pathspec is imported here, by the one decision that matches files."""
+    from pathspec import GitIgnoreSpec
+
+    return GitIgnoreSpec.from_lines(globs)
 
 
 def matching_files(files: tuple[str, ...], globs: list[str]) -> list[str]:
-    return [f for f in files if any(_glob_regex(g).match(f) for g in globs)]
+    """The changed files (paths from the repository root) that `paths` names, judged one path at a
+    time (README, "Configuration", says where that differs from git's walk of a tree)."""
+    spec = _spec(tuple(globs))
+    return [f for f in files if spec.match_file(f)]
 
 
 def _skip(event: str, action: str | None, repo: str, reason: str, **extra: Any) -> Plan:
