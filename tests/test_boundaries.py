@@ -13,9 +13,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# The command line: perfcheck/cli.py and a module per command family (perfcheck/*_cli.py).
+COMMAND_LINE = (
+    "perfcheck.cli",
+    *(f"perfcheck.{p.stem}" for p in sorted((ROOT / "perfcheck").glob("*_cli.py"))),
+)
 # folder -> import prefixes its modules may not use
 CONTRACTS = {
-    "core": ("torch", "perfcheck.bot", "perfcheck.runner", "perfcheck.cli", "github"),
+    "core": ("torch", "perfcheck.bot", "perfcheck.runner", *COMMAND_LINE, "github"),
     "bot": ("torch", "perfcheck.runner"),
     "runner": ("perfcheck.bot", "github"),
 }
@@ -55,7 +60,7 @@ def test_each_side_imports_only_what_its_contract_allows(folder: str) -> None:
 
 def test_the_shared_contracts_import_no_side_and_no_torch() -> None:
     files = [ROOT / "perfcheck" / name for name in SHARED]
-    banned = ("torch", "perfcheck.bot", "perfcheck.runner", "perfcheck.cli", "github")
+    banned = ("torch", "perfcheck.bot", "perfcheck.runner", *COMMAND_LINE, "github")
     assert violations(files, banned) == []
 
 

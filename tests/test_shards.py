@@ -199,7 +199,7 @@ def test_a_folder_of_shards_is_read_for_its_shards_not_files_planted_inside_one(
 ) -> None:
     # Issue 45: `report FOLDER` took a probes.json planted under a shard's files/head (where its
     # sandboxed probes, PR code, write) for a shard of the review.
-    from perfcheck.cli import shard_files
+    from perfcheck.review_cli import shard_files
 
     for path in (
         "a/probes.json",
