@@ -11,26 +11,37 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from perfcheck.config import WorkloadConfig, follow_up_probes, planned_probes
+from perfcheck.config import WorkloadConfig, planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs, reaper
 from perfcheck.runner.budget import Budget, Step, latency_estimate_s, lightest_last, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
+from perfcheck.runner.latency_results import (
+    compiled_both,
+    latency_place,
+    noted,
+    noted_more,
+    samples_said,
+    shares_compile_cache,
+    stopped_at_limit,
+    with_latency,
+    with_sample_phases,
+)
 from perfcheck.runner.probe_process import (
     _outcome,
     probe_spec,
     run_probe,
 )
+from perfcheck.runner.review_plan import follow_ups, parts_said, plan_line
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.runner.sides import (
-    SHARED_CACHE_ENV,
     copy_base_for_head,
     side_caches,
 )
@@ -208,7 +219,7 @@ class _Review:
         collected = [done[id(item)] for item in self.single]
         more = [
             (wl, p, side)
-            for wl, p in _follow_ups(run, self.wanted, collected)
+            for wl, p in follow_ups(run, self.wanted, collected)
             for side in (run.base, run.head)
         ]
         if more:
@@ -362,7 +373,7 @@ class _Review:
         out = list(collected)
         for wl in self.run_.workloads:
             where = self.latency_at[wl.name]
-            compiled = _compiled_both(out, wl.name)
+            compiled = compiled_both(out, wl.name)
             if where is None or compiled is None:
                 continue
             # The heavier side's first compile: both sides' processes run at once, and the review
@@ -382,12 +393,12 @@ class _Review:
                 self.notes[wl.name] = choice.note
             if choice.measure != "callgrind":
                 if where == "compile probe":  # measured there already, by wall clock
-                    out = _with_latency(out, wl.name, _noted(compiled, choice.note))
+                    out = with_latency(out, wl.name, noted(compiled, choice.note))
                 continue
             self.latency_at[wl.name] = "callgrind"
             counted = self._run_callgrind(wl, choice)
-            if not _stopped_at_limit(counted):
-                out = _with_latency(out, wl.name, counted)
+            if not stopped_at_limit(counted):
+                out = with_latency(out, wl.name, counted)
                 continue
             # Stopped at its limit (a machine busier than the estimate assumed): the wall clock
             # instead, where it is measured anyway, so that the review keeps its time; and for
@@ -399,7 +410,7 @@ class _Review:
             self.notes[wl.name] = note
             self.latency_at[wl.name] = where
             if where == "compile probe":
-                out = _with_latency(out, wl.name, _noted(compiled, note))
+                out = with_latency(out, wl.name, noted(compiled, note))
             else:  # the timing pairs make them: one more step of the plan
                 self.latency_owed.add(wl.name)
                 self.progress.total += 1
@@ -411,7 +422,7 @@ class _Review:
         run, out = self.run_, list(collected)
         sides = {"base": run.base, "head": run.head}
         for wl in run.workloads:
-            compiled = _compiled_both(out, wl.name)
+            compiled = compiled_both(out, wl.name)
             if compiled is None or self.latency_at[wl.name] is None:
                 continue
 
@@ -442,7 +453,7 @@ class _Review:
             if outcome.latency is None:
                 self.budget.cut(f"{wl.name}: compile latency: {outcome.said}")
             else:
-                out = _with_latency(out, wl.name, _noted_more(outcome.latency, compiled, outcome.said))
+                out = with_latency(out, wl.name, noted_more(outcome.latency, compiled, outcome.said))
             for task, step in began:
                 step.expected_s = outcome.expected_s
                 step.done(outcome.said)
@@ -481,7 +492,7 @@ class _Review:
         n = min(len(m.samples) for m in measured.values())
         failed = [f for m in measured.values() for f in m.failures]
         outcome = f"{n} per side" if n else f"not measured: {failed[0] if failed else ''}"
-        if _stopped_at_limit(measured):
+        if stopped_at_limit(measured):
             outcome = f"{choice.limit_words()}: the wall clock instead"
         step.done(outcome)
         task.finish(outcome)
@@ -574,12 +585,12 @@ class _Review:
         if pair.pending is None and latency_pairs:
             spent = pair.parts_s.get("compile latency", 0.0)
             self._latency_task(wl.name).finish(
-                f"{_samples_said(pair.latency)}, made in the timing step above ({spent:.0f} s of it)"
+                f"{samples_said(pair.latency)}, made in the timing step above ({spent:.0f} s of it)"
             )
         if latency_pairs and pair.latency:
             out = self._with_samples(out, wl.name, pair.latency)
         elif self.latency_at[wl.name] == "timing" and (note := self.notes.get(wl.name)):
-            out = _with_latency(
+            out = with_latency(
                 out, wl.name, dict.fromkeys(("base", "head"), CompileLatency(measure="wall", note=note))
             )
         return out
@@ -588,7 +599,7 @@ class _Review:
         self, results: list[ProbeResult], workload: str, latency: Mapping[str, CompileLatency]
     ) -> list[ProbeResult]:
         note = self.notes.get(workload)
-        return _with_latency(
+        return with_latency(
             results, workload, {s: m.model_copy(update={"note": note}) for s, m in latency.items()}
         )
 
@@ -644,13 +655,13 @@ class _Review:
             beside = f", made beside {', '.join(others[name])}'s" if others[name] else ""
             if during is not None:
                 beside += f", while {during}'s timing workers set up"
-            task.finish(f"{_samples_said(measured.get(name, {}))}{beside}")
+            task.finish(f"{samples_said(measured.get(name, {}))}{beside}")
             if measured.get(name):
                 collected = self._with_samples(collected, name, measured[name])
-        return [_with_sample_phases(r, pending) for r in collected]
+        return [with_sample_phases(r, pending) for r in collected]
 
     def _latency_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int) -> float:
-        compiled = _compiled_both(collected, wl.name)
+        compiled = compiled_both(collected, wl.name)
         first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
         cores = len(os.sched_getaffinity(0))
         return latency_estimate_s(first, pairs, cores, self.run_.config.compile.rebuild_kernels)
@@ -658,7 +669,7 @@ class _Review:
     def _samples_cost(self, wl: WorkloadConfig, collected: list[ProbeResult]) -> float:
         """What ``wl``'s compile-latency samples in its timing workers are expected to cost (0 where
         they are not made there), for the order the workloads are timed in."""
-        if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
+        if self.latency_at[wl.name] != "timing" or compiled_both(collected, wl.name) is None:
             return 0.0
         return self._latency_estimate(wl, collected, self.run_.config.compile.runs)
 
@@ -666,7 +677,7 @@ class _Review:
         """How many of the timing pairs also make the compile-latency samples: ``compile.runs``, or
         fewer where what is left of the budget after the timing's first look cannot pay for them
         (at least two, else none), said in the cuts and the compile-latency row."""
-        if self.latency_at[wl.name] != "timing" or _compiled_both(collected, wl.name) is None:
+        if self.latency_at[wl.name] != "timing" or compiled_both(collected, wl.name) is None:
             return 0
         runs = self.run_.config.compile.runs
         left = self.budget.left() - self.reserved_s - timing_s
@@ -720,174 +731,11 @@ def _rejoined(
     return [r for r in whole if r.workload != workload] + [r for r in timed if r.workload == workload] + later
 
 
-def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | None:
-    """Where a workload's compile latency is measured (perfcheck/runner/latency_runs.py), or None: not where
-    no compile is cold (``PERFCHECK_COMPILE_CACHE``), nor with ``compile.measure: off``, nor
-    without the compile probe, whose results it joins."""
-    measure = run.config.compile.measure
-    if os.environ.get(SHARED_CACHE_ENV) or measure == "off" or "compile" not in planned:
-        return None
-    if measure == "callgrind":
-        return "callgrind"
-    # A compiled timing worker has compiled once and sits idle after its rounds: the place to make
-    # a cache-cold compile that pays nothing a fresh process would.
-    return "timing" if "timing" in planned and run.config.timing.compiled else "compile probe"
-
-
-def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig, busy: bool = False) -> bool:
-    """Whether head's compile probe waits for base's and starts from a copy of its cache: where
-    probes run one at a time (--jobs 1, a CPU's default), waiting costs nothing and what both sides
-    compile alike is compiled once; so too where there are more per-side probes than slots
-    (``busy``), whose slot does other probes' work meanwhile (head's compiles are queued last).
-    Where every probe has a slot of its own (a GPU runner's default, one workload), the sides
-    compile at the same time instead, on cores that would idle: measured on the H200, a Llama
-    review's head waited 39 s for base and then compiled its changed attention for 59 s anyway."""
-    return (
-        (run.jobs <= 1 or busy)
-        and run.base.python == run.head.python
-        and wl.name not in run.config.budgets.compile_latency_s
-    )
-
-
-def _compiled_both(results: list[ProbeResult], workload: str) -> dict[str, CompileMetrics] | None:
-    """Both sides' compile metrics of ``workload`` where both compiled, else None."""
-    got = {
-        r.side: probe_metrics(r, CompileMetrics)
-        for r in results
-        if r.workload == workload and r.probe == "compile" and r.status == "ok"
-    }
-    if set(got) != {"base", "head"} or any(m is None for m in got.values()):
-        return None
-    return got  # type: ignore[return-value]
-
-
-def _with_latency(
-    results: list[ProbeResult],
-    workload: str,
-    measured: Mapping[Side, CompileLatency] | Mapping[str, CompileLatency],
-) -> list[ProbeResult]:
-    """The compile results of ``workload`` with each side's compile-latency samples."""
-    out = []
-    for r in results:
-        compiled = probe_metrics(r, CompileMetrics) if r.workload == workload else None
-        if compiled is not None and r.side in measured:
-            r = r.with_metrics(compiled.model_copy(update={"latency": measured[r.side]}))
-        out.append(r)
-    return out
-
-
-def _noted_more(
-    latency: Mapping[Side, CompileLatency], compiled: Mapping[str, CompileMetrics], said: str
-) -> dict[Side, CompileLatency]:
-    """Each side's samples after more pairs, its note saying so after what it said already."""
-    out: dict[Side, CompileLatency] = {}
-    for side, m in latency.items():
-        was = compiled[side].latency
-        before = was.note if was is not None and was.note else None
-        out[side] = m.model_copy(update={"note": f"{before}; {said}" if before else said})
-    return out
-
-
-def _stopped_at_limit(counted: Mapping[Side, CompileLatency]) -> bool:
-    """Whether callgrind's time-out (its choice's limit) stopped a side's process before it made
-    the two samples a comparison needs."""
-    short = min(len(m.samples) for m in counted.values()) < 2
-    return short and any(f.startswith("timeout") for m in counted.values() for f in m.failures)
-
-
-def _noted(compiled: Mapping[str, CompileMetrics], note: str | None) -> dict[str, CompileLatency]:
-    """Each side's compile latency as measured, with ``note`` (why it is what it is)."""
-    return {
-        side: (m.latency or CompileLatency(measure="wall")).model_copy(update={"note": note})
-        for side, m in compiled.items()
-    }
-
-
 def _skipped(run: ReviewRun, wl: WorkloadConfig, probe: str, why: str) -> list[ProbeResult]:
     return [
         ProbeResult(probe=probe, workload=wl.name, side=side, status="skipped", duration_s=0.0, message=why)
         for side in ("base", "head")
     ]
-
-
-def plan_line(
-    run: ReviewRun,
-    wanted: list[tuple[WorkloadConfig, str]],
-    latency_at: Mapping[str, latency_runs.Where | None],
-    budget_s: float,
-) -> str:
-    """The plan, said before anything runs: which probes of which workloads, what each costs
-    before this review measured anything (a prior), and the budget they are fitted to."""
-    per_side = [p for _, p in wanted if p != "timing"]
-    kinds = list(dict.fromkeys(per_side))
-    parts = [f"{k} ×{2 * per_side.count(k)} (~{prior(k, run.device):.0f} s each)" for k in kinds]
-    timed = [w.name for w, p in wanted if p == "timing"]
-    cfg = run.config.timing
-    if timed:
-        parts.append(
-            f"timing of {len(timed)} workload{'s' if len(timed) != 1 else ''} "
-            f"({cfg.processes}–{cfg.max_processes} pairs each)"
-        )
-    where = {v for v in latency_at.values() if v is not None}
-    if where:
-        places = {
-            "timing": "in the timing pairs",
-            "compile probe": "in the compile probes",
-            "callgrind": "under callgrind",
-        }
-        parts.append(
-            f"compile latency ({run.config.compile.runs} cache-cold compiles a side, "
-            + " / ".join(places[w] for w in sorted(where))
-            + ")"
-        )
-    return f"plan: {', '.join(parts)}; review.time_budget_s {budget_s:g} s"
-
-
-def _follow_ups(
-    run: ReviewRun, wanted: list[tuple[WorkloadConfig, str]], done: list[ProbeResult]
-) -> list[tuple[WorkloadConfig, str]]:
-    """Probes the first results call for (a descriptor's ``follow_up``: custom_ops on a workload
-    whose exported graph calls a custom op, say), where its probes were left to the defaults."""
-    out = []
-    for wl in run.workloads:
-        planned = {p for w, p in wanted if w.name == wl.name}
-        mine = [r for r in done if r.workload == wl.name]
-        for name in follow_up_probes(run.config, wl, planned, run.probes):
-            follow = kind.follow_up if (kind := probes.get(name)) is not None else None
-            if follow is not None and follow.called_for(run.config, mine):
-                out.append((wl, name))
-    return out
-
-
-def parts_said(parts_s: Mapping[str, float]) -> str:
-    """A step's parts as its progress line ends: ' — set-up 24 s, pairs 20 s, ...', the parts
-    of a second or more, largest first."""
-    said = [f"{name} {s:.0f} s" for name, s in sorted(parts_s.items(), key=lambda kv: -kv[1]) if s >= 1]
-    return f" — {', '.join(said)}" if said else ""
-
-
-def _with_sample_phases(result: ProbeResult, pending: Sequence[PendingLatency]) -> ProbeResult:
-    """A timing result whose pairs made their samples after it was written, with the seconds each
-    of its processes spent on its sample among its phases, as where they were made at once."""
-    spent = next((p.latency_s() for p in pending if p.workload == result.workload), None)
-    timing = probe_metrics(result, TimingMetrics)
-    if timing is None or spent is None:
-        return result
-    mine = spent.get(result.side, {})
-    processes = [
-        p.model_copy(update={"phases_s": {**p.phases_s, "latency": mine[i]}}) if i in mine else p
-        for i, p in enumerate(timing.processes)
-    ]
-    return result.with_metrics(timing.model_copy(update={"processes": processes}))
-
-
-def _samples_said(latency: Mapping[str, CompileLatency]) -> str:
-    """'3 cache-cold per side', or why there are none."""
-    n = min((len(m.samples) for m in latency.values()), default=0)
-    if n:
-        return f"{n} cache-cold per side"
-    failures = [f for m in latency.values() for f in m.failures]
-    return f"not measured: {failures[0] if failures else 'no sample came back'}"
 
 
 def host_memory_free_share() -> float:
