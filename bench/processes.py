@@ -33,8 +33,9 @@ from perfcheck.config import BudgetsConfig, CompileConfig, TimingConfig, Workloa
 from perfcheck.core.stats import ProcessEstimate, process_ratio
 from perfcheck.core.timing_gate import decide, metric, sequential
 from perfcheck.runner.review_run import SideSetup
-from perfcheck.runner.sides import side_caches
-from perfcheck.runner.timing import SIDES, Condition, SideRecord, pair_caches, run_pairs, shared_cpu
+from perfcheck.runner.sides import pair_caches, side_caches
+from perfcheck.runner.timing import SIDES, Condition, run_pairs, shared_cpu
+from perfcheck.runner.timing_process import SideRecord
 from perfcheck.schema import MetricChange, Plant, TimingChange, TimingProcess
 from perfcheck.spec import ProbeSpec
 

@@ -203,3 +203,24 @@ def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
         # The one cache of SHARED_CACHE_ENV is every process's, both sides' (a test-only knob).
         writable=(str(side_files(workdir, side.side)), *((shared,) if shared else ())),
     )
+
+
+MERGED_MARK = ".perfcheck-merged-from-base"  # in head's cache, once base's files are in it
+
+
+def pair_caches(workdir: Path, workload: str, first: bool) -> dict[str, Path]:
+    """The compile caches of the next pairs' processes: each side's own, which its compile probe
+    (or, where nothing compiled the workload yet, ``first``, its first pair's cold compile)
+    filled. After the first, base's files are copied over head's once, so identical code runs
+    identical kernels with identical autotuning choices (``merge_caches`` says why). The caches
+    stay where they were compiled, since entries name their folder; head's processes see base's
+    read-only (``side_walls``), and nothing head's code writes reaches a
+    base process: base's cache has only base's files, and copies share no inode."""
+    own = side_caches(workdir, workload)
+    merged = own["head"] / MERGED_MARK
+    if not first and not merged.exists():
+        merge_caches(own["head"], [own["base"]])
+        own["head"].mkdir(parents=True, exist_ok=True)
+        copy_base_for_head(workdir, workload)
+        merged.touch()
+    return own
