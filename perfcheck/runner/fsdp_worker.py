@@ -16,16 +16,14 @@ OUT_DIR/fsdp.json.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import json
 import os
-import re
 import statistics
 import sys
 import time
 import traceback
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -37,23 +35,27 @@ from torch.distributed import fsdp as fsdp_api
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
+from perfcheck.core.probes.ddp import RankGraphs
 from perfcheck.core.probes.fsdp import (
     FsdpMetrics,
     FsdpSettings,
     FsdpUnit,
     FsdpVariant,
-    GraphGroup,
     ParamLayout,
     Redistribute,
-    UnitCollective,
     shared,
     unit_name,
 )
 from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
-from perfcheck.runner.comm_trace import DTYPE_BYTES, STEP_MARK, comm_overlap_pct
-from perfcheck.runner.ddp_worker import Recorder, gather_lines, rank_device
+from perfcheck.runner.comm_trace import comm_overlap_pct
+from perfcheck.runner.ddp_worker import gather_lines, rank_device
+from perfcheck.runner.fsdp_collectives import PROFILED_STEPS, collectives, profile_steps
+from perfcheck.runner.fsdp_graphs import (
+    FrameRecorder,
+    graph_groups,
+    rank_difference,
+)
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.locate import innermost_user_frame, relative_path, to_location
 from perfcheck.runner.peak_memory import peak_rss_mb
@@ -62,7 +64,6 @@ from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import SourceLocation, load_model
 from perfcheck.spec import ProbeSpec
 
-PROFILED_STEPS = 2
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -218,262 +219,7 @@ class Units:
 # -- what Dynamo compiled ---------------------------------------------------------------------
 
 
-_STACK_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
-
-
-class _Recorder(Recorder):
-    """The ddp probe's recorder, noting also the function Dynamo was compiling (its code object)
-    when it handed the graph over, and each graph's nodes with the line of the tree that made each
-    (Dynamo's stack trace of the node), to say where two ranks' graphs part."""
-
-    def __init__(self, backend: str, tree: Path) -> None:
-        super().__init__(backend)
-        self.tree = tree
-        self.codes: list[Any] = []
-        self.nodes: list[list[tuple[str, str]]] = []  # per graph: (node, "path\tline\tfunction")
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        code = None
-        with contextlib.suppress(Exception):  # an internal of Dynamo; without it, no grouping
-            from torch._dynamo.symbolic_convert import InstructionTranslator
-
-            code = InstructionTranslator.current_tx().f_code
-        self.codes.append(code)
-        self.nodes.append([(str(n.format_node()), self._made_at(n)) for n in gm.graph.nodes])
-        return super().__call__(gm, example_inputs)
-
-    def _made_at(self, node: torch.fx.Node) -> str:
-        frames = [
-            traceback.FrameSummary(m["path"], int(m["line"]), m["function"])
-            for m in _STACK_FRAME.finditer(str(node.meta.get("stack_trace") or ""))
-        ]
-        frame = innermost_user_frame(frames, self.tree)
-        return f"{frame.filename}\t{frame.lineno}\t{frame.name}" if frame is not None else ""
-
-
-def _owner(code: Any, model: torch.nn.Module) -> tuple[str, int]:
-    """ "Class.function" for a method of a module class in the model, and how many modules of it."""
-    name: str = code.co_name
-    for m in model.modules():
-        cls: type = type(m)
-        fn = getattr(cls, name, None)
-        if getattr(fn, "__code__", None) is not code:
-            continue
-        # FSDP2 makes a subclass of each class it wraps: name the workload's own class.
-        own = [c.__name__ for c in cls.__mro__ if not c.__module__.startswith("torch.")]
-        same = [x for x in model.modules() if getattr(type(x), name, None) is fn]
-        return f"{own[0] if own else cls.__name__}.{name}", len(same)
-    return name, 0
-
-
-_GUARD = re.compile(r"^\s*\d+/\d+:\s*")
-_GUARD_SOURCE = re.compile(r"#\s*(?P<path>[^#]+):(?P<line>\d+) in (?P<function>\S+)\s*$")
-
-
-def _guard(code: Any, tree: Path) -> tuple[str | None, SourceLocation | None]:
-    """The first guard that failed for ``code`` ("self.index == 0  # if self.index % 2:") and
-    the line of the tree it guards, as Dynamo's guard-failure text gives them."""
-    reasons = guard_failures.get(code) or []
-    if not reasons:
-        return None, None
-    text = _GUARD.sub("", str(reasons[0]).split("\nUser stack trace:")[0]).strip()
-    where = None
-    found = _GUARD_SOURCE.search(text)
-    if found is not None:
-        text = text[: found.start()].rstrip()
-        # Dynamo's text can clip the start of the path; the function's own file is the full one.
-        path = found["path"].strip()
-        if Path(path).name == Path(code.co_filename).name:
-            path = code.co_filename
-        frame = traceback.FrameSummary(path, int(found["line"]), found["function"])
-        where = to_location(frame, tree)
-    return re.sub(r"\s{2,}#", "  #", text)[:300], where
-
-
-def graph_groups(rec: _Recorder, model: torch.nn.Module, tree: Path) -> list[GraphGroup]:
-    per: dict[Any, list[str]] = {}
-    for code, digest in zip(rec.codes, rec.hashes, strict=True):
-        if code is not None:
-            per.setdefault(code, []).append(digest)
-    groups = []
-    for code, digests in per.items():
-        name, modules = _owner(code, model)
-        guard, guarded = _guard(code, tree)
-        start = traceback.FrameSummary(code.co_filename, code.co_firstlineno, code.co_name)
-        groups.append(
-            GraphGroup(
-                code=name,
-                location=guarded if guarded is not None and guarded.in_tree else to_location(start, tree),
-                graphs=len(digests),
-                distinct=len(set(digests)),
-                modules=modules,
-                guard=guard,
-            )
-        )
-    return sorted(
-        groups, key=lambda g: (g.location.path if g.location else "", g.location.line if g.location else 0)
-    )
-
-
-def _location(made_at: str, tree: Path) -> SourceLocation | None:
-    path, _, rest = made_at.partition("\t")
-    line, _, function = rest.partition("\t")
-    if not path or not line.isdigit():
-        return None
-    return to_location(traceback.FrameSummary(path, int(line), function), tree)
-
-
-def rank_difference(
-    rec: _Recorder, ranks: list[RankGraphs], tree: Path, device: str
-) -> tuple[SourceLocation | None, list[str]]:
-    """Where the first graph that differs between ranks parts from rank 0's: the line of the tree
-    that made the first differing node with one, and those nodes ("rank 1: %mul = ..."). A
-    collective: every rank calls it (each holds every rank's hashes); nothing to do where they agree."""
-    mismatch = first_rank_mismatch(ranks)
-    if mismatch is None:
-        return None, []
-    graph, odd = mismatch
-    mine = rec.nodes[graph - 1] if graph <= len(rec.nodes) else []
-    every = gather_lines([f"{node}\t{at}".replace("\n", " ") for node, at in mine], device)
-    sides = [(0, every[0]), (odd[0], every[odd[0]])]
-    texts = [[line.partition("\t")[0] for line in lines] for _, lines in sides]
-    matcher = difflib.SequenceMatcher(a=texts[0], b=texts[1], autojunk=False)
-    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag == "equal":
-            continue
-        differing = [(sides[0][0], sides[0][1][i]) for i in range(i1, i2)]
-        differing += [(sides[1][0], sides[1][1][j]) for j in range(j1, j2)]
-        for _, line in differing:
-            at = _location(line.partition("\t")[2], tree)
-            if at is not None and at.in_tree:
-                shown = [f"rank {r}: {text.partition(chr(9))[0]}"[:300] for r, text in differing[:6]]
-                return at, shown
-    return None, []
-
-
 # -- collectives, with the FSDP unit that issued each -----------------------------------------
-
-
-def _unit_of(event: dict[str, Any], regions: list[dict[str, Any]], by_fqn: dict[str, str]) -> str | None:
-    """The unit whose innermost FSDP:: region on its thread holds ``event``: "FSDP::all_gather
-    (layers.0)" is unit layers.0, "(layers.0, layers.1)" the one unit fully_shard([layers.0,
-    layers.1]) made (``by_fqn`` maps FSDP's names to the units'), a region without a name the
-    root's; None: issued outside FSDP."""
-    start, end = event["ts"], event["ts"] + event["dur"]
-    inside = [
-        r
-        for r in regions
-        if r.get("tid") == event.get("tid") and r["ts"] <= start and r["ts"] + r["dur"] >= end
-    ]
-    if not inside:
-        return None
-    name = str(max(inside, key=lambda r: r["ts"])["name"])
-    fqn = name[name.index("(") + 1 : name.rindex(")")] if name.endswith(")") and "(" in name else ""
-    return by_fqn.get(fqn, fqn)
-
-
-def _op(name: str) -> str:
-    key = name.removeprefix("c10d::").removeprefix("gloo:").strip("_").replace("_", "")
-    for stem, op in (
-        ("allgather", "all_gather"),
-        ("reducescatter", "reduce_scatter"),
-        ("allreduce", "all_reduce"),
-    ):
-        if key.startswith(stem):
-            return op
-    return key
-
-
-def _numel(shapes: Any) -> int:
-    shapes = shapes if shapes and isinstance(shapes[0], list) else [shapes]
-    return sum(int(torch.Size(s).numel()) for s in shapes if isinstance(s, list))
-
-
-def _message(args: dict[str, Any]) -> tuple[str, int]:
-    """dtype and bytes of the larger of the call's first two tensors: the unsharded message. A
-    call that takes a list of tensors (all_reduce, broadcast) records them as a "TensorList"
-    without their dtype: unknown, 0 bytes (``_listed`` reads them from the backend)."""
-    dims, types = args.get("Input Dims") or [], args.get("Input type") or []
-    best, dtype = 0, "unknown"
-    for d, t in list(zip(dims, types, strict=False))[:2]:
-        size = DTYPE_BYTES.get(str(t).lower(), 0)
-        if _numel(d) * size >= best:
-            best, dtype = _numel(d) * size, str(t)
-    return dtype, best
-
-
-class _Backend:
-    """What the process group itself recorded of each call, for the calls whose tensors the
-    profiler lists without a dtype: NCCL's record_param_comms inside the call (dtype, element
-    counts), or gloo's own ``gloo:<op>`` event on its worker thread (dtype and shapes) of the same
-    op and shapes, the first not yet matched from when the call was issued."""
-
-    def __init__(self, done: list[dict[str, Any]]) -> None:
-        self.nccl = [e for e in done if e.get("name") == "record_param_comms"]
-        self.gloo = sorted(
-            (e for e in done if str(e.get("name", "")).startswith("gloo:")), key=lambda e: e["ts"]
-        )
-        self.used: set[int] = set()
-
-    def message(self, call: dict[str, Any]) -> tuple[str, int]:
-        start, end, tid = call["ts"], call["ts"] + call["dur"], call.get("tid")
-        for e in self.nccl:
-            if e.get("tid") == tid and start <= e["ts"] <= end:
-                args = e.get("args") or {}
-                dtype = str(args.get("dtype", "unknown"))
-                n = max(int(args.get("In msg nelems") or 0), int(args.get("Out msg nelems") or 0))
-                return dtype, n * DTYPE_BYTES.get(dtype.lower(), 0)
-        dims = ((call.get("args") or {}).get("Input Dims") or [[]])[0]
-        for i, e in enumerate(self.gloo):
-            args = e.get("args") or {}
-            if i in self.used or e["ts"] < start or _op(str(e["name"])) != _op(str(call["name"])):
-                continue
-            if args.get("Input Dims") != dims:
-                continue
-            self.used.add(i)
-            dtype = str((args.get("Input type") or ["unknown"])[0])
-            return dtype, _numel(dims) * DTYPE_BYTES.get(dtype.lower(), 0)
-        return "unknown", 0
-
-
-def collectives(
-    events: list[dict[str, Any]], world: int, profiled: int, by_fqn: dict[str, str] | None = None
-) -> list[UnitCollective]:
-    done = [e for e in events if e.get("ph") == "X" and isinstance(e.get("dur"), int | float)]
-    regions = [e for e in done if str(e.get("name", "")).startswith("FSDP::")]
-    backend = _Backend(done)
-    seen: Counter[tuple[str, str | None, str, int]] = Counter()
-    for e in sorted(done, key=lambda e: e["ts"]):
-        name = str(e.get("name", ""))
-        if not name.startswith("c10d::") or "barrier" in name or "wait" in name:
-            continue
-        dtype, size = _message(e.get("args") or {})
-        if not size:
-            dtype, size = backend.message(e)
-        seen[(_op(name), _unit_of(e, regions, by_fqn or {}), dtype, size)] += 1
-    return [
-        UnitCollective(
-            op=op, unit=unit, dtype=dtype, bytes=size, group_size=world, count=max(1, round(n / profiled))
-        )
-        for (op, unit, dtype, size), n in sorted(
-            seen.items(), key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2:])
-        )
-    ]
-
-
-def _profile(
-    step: Callable[..., Any], inputs: tuple[Any, ...], device: str, trace: Path
-) -> list[dict[str, Any]]:
-    from torch.profiler import ProfilerActivity, profile, record_function
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
-    with profile(activities=activities, record_shapes=True) as prof:
-        for _ in range(PROFILED_STEPS):
-            with record_function(STEP_MARK):
-                step(*inputs)
-        steps.synchronize("cuda" if device.startswith("cuda") else "cpu")
-    prof.export_chrome_trace(str(trace))
-    return list(json.loads(trace.read_text()).get("traceEvents", []))
 
 
 # -- layouts ----------------------------------------------------------------------------------
@@ -577,13 +323,13 @@ def _memory_mb(device: str) -> float:
 
 def run_variant(
     variant: str, spec: ProbeSpec, settings: FsdpSettings, b: Built, device: str, world: int, out_dir: Path
-) -> tuple[FsdpVariant, _Recorder]:
+) -> tuple[FsdpVariant, FrameRecorder]:
     torch._dynamo.reset()
     counters.clear()
     guard_failures.clear()
     if device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
-    rec = _Recorder(spec.compile.backend, Path(spec.tree))
+    rec = FrameRecorder(spec.compile.backend, Path(spec.tree))
     net: Any = b.model
     if variant == "compiled_layers":
         layers = [m for name, m in _units(b.model).items() if name] or [b.model]
@@ -603,7 +349,9 @@ def run_variant(
             steps.synchronize(kind)
             if i:  # the first step compiles
                 times.append((time.perf_counter() - start) * 1000)
-        events = _profile(step, b.inputs, device, out_dir / f"trace-{variant}-rank{dist.get_rank()}.json")
+        events = profile_steps(
+            step, b.inputs, device, out_dir / f"trace-{variant}-rank{dist.get_rank()}.json"
+        )
     tree = Path(spec.tree)
     theirs = [lb for lb in logged if _fsdp_break(lb, tree)]
     ours = graph_breaks_of(SimpleNamespace(break_reasons=[]), tree, [lb for lb in logged if lb not in theirs])
@@ -667,7 +415,7 @@ def main(argv: list[str]) -> int:
             metrics, rec = run_variant(variant, spec, settings, built, device, world, out_dir)
         except Exception as err:  # one variant failing is a finding; the others still run
             metrics = FsdpVariant(variant=variant, error=f"{type(err).__name__}: {err}"[:2000])
-            rec = _Recorder(spec.compile.backend, tree)
+            rec = FrameRecorder(spec.compile.backend, tree)
         hashes = gather_lines(rec.hashes, device)
         ranks = (
             [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(hashes)] if variant != "eager" else []
