@@ -26,18 +26,18 @@ STEPS = [
     "from perfcheck.runner import timing_worker, worker",
     "from perfcheck.runner.probes.lookup import load_builtin; load_builtin()",
     "import torch; torch.cuda.device_count()",
-    "from perfcheck.runner.forkserver import _preimport; REFUSAL = _preimport()",
+    "from perfcheck.runner.forkserver_warmup import preimport; REFUSAL = preimport()",
 ]
 
 CHILD = """
 import json, os, sys, time
-from perfcheck.runner.forkserver import _cuda_driver_initialized
+from perfcheck.runner.forkserver_warmup import cuda_driver_initialized
 steps = json.loads(sys.argv[1])
 seen = []
 for step in steps:
     start = time.perf_counter()
     exec(step)
-    seen.append({"step": step, "driver_initialized": _cuda_driver_initialized(),
+    seen.append({"step": step, "driver_initialized": cuda_driver_initialized(),
                  "s": round(time.perf_counter() - start, 2)})
 pid = os.fork()
 if pid == 0:

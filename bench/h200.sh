@@ -164,11 +164,11 @@ for line in open(sys.argv[1]):
     # server serves there (CUDA's driver must not be loaded by its imports), then the demo's per-side
     # probes on CUDA forked and fresh, each timed; the comments must agree.
     python3 - <<'PY' > "$OUT/forkserver-serves.txt" 2>&1
-from perfcheck.runner.forkserver import _cuda_driver_initialized, _preimport
-print("refusal after the server's imports:", _preimport())
+from perfcheck.runner.forkserver_warmup import cuda_driver_initialized, preimport
+print("refusal after the server's imports:", preimport())
 import torch
 torch.cuda.init()
-print("driver initialized after torch.cuda.init():", _cuda_driver_initialized())
+print("driver initialized after torch.cuda.init():", cuda_driver_initialized())
 PY
     cat "$OUT/forkserver-serves.txt"
     sed 's/measure: wall/measure: "off"/' examples/demo/base/perfcheck.yml > /tmp/fs.yml
