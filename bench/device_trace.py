@@ -14,8 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfcheck.config import TimingConfig, WorkloadConfig
 from perfcheck.runner.timing_worker import Session
+from perfcheck.settings import TimingConfig, WorkloadConfig
 from perfcheck.spec import ProbeSpec
 
 

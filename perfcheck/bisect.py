@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from perfcheck.bisect_schema import MAX_COMMITS, BisectDoc, Commit, Located, Skipped
-from perfcheck.config import Config, WorkloadConfig
+from perfcheck.config import Config
 from perfcheck.core import bisect as search
 from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
@@ -37,6 +37,7 @@ from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.probe_process import probe_spec, run_probe
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
+from perfcheck.settings import WorkloadConfig
 
 
 def _git(repo: Path, *args: str) -> str:

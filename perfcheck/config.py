@@ -6,23 +6,35 @@ Torch-free. A config error names the file, the key and what was expected (the CL
 from __future__ import annotations
 
 import difflib
-import re
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
-    model_validator,
 )
-from pydantic_core import PydanticCustomError
+
+from perfcheck.settings import (
+    PROBE_NAMES,
+    AckEntry,
+    BisectConfig,
+    BudgetsConfig,
+    CompileConfig,
+    GitHubConfig,
+    HistoryConfig,
+    MatrixEntry,
+    ReviewConfig,
+    Section,
+    SweepConfig,
+    TimingConfig,
+    WorkloadConfig,
+)
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
 
@@ -46,268 +58,9 @@ def default_probes() -> tuple[str, ...]:
 
 DEFAULT_WORKLOAD = "mlp-tiny"
 
-_WORKLOAD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
 
 class ConfigError(ValueError):
     """A config that cannot be used; the message is meant for the user as it stands."""
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class WorkloadConfig(_Section):
-    name: str = Field(description="short name used in reports and --workloads")
-    entry: str = Field(description="built-in name, path/to/file.py:function or package.module:function")
-    train: bool = Field(default=False, description="forward + backward instead of inference")
-    amp: Literal["none", "bf16", "fp16"] = "none"
-    probes: list[str] | None = Field(default=None, description="probes to run; all by default")
-    timeout_s: float = Field(default=600.0, gt=0, description="per-probe time limit")
-
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not _WORKLOAD_NAME.match(v):
-            raise ValueError("a name of letters, digits, '.', '_' or '-'")
-        return v
-
-    @field_validator("entry")
-    @classmethod
-    def _entry(cls, v: str) -> str:
-        if ":" in v:
-            target, _, func = v.rpartition(":")
-            if not target or not func.isidentifier():
-                raise ValueError("'path/to/file.py:function' or 'package.module:function'")
-        return v
-
-    @field_validator("probes")
-    @classmethod
-    def _probes(cls, v: list[str] | None) -> list[str] | None:
-        for p in v or []:
-            if p not in probe_names():
-                raise ValueError(f"probe names from {', '.join(probe_names())}; got {p!r}")
-        return v
-
-
-class BudgetsConfig(_Section):
-    max_new_graph_breaks: int = Field(default=0, ge=0)
-    max_overlap_drop_pp: float = Field(
-        default=10.0, ge=0, description="drop in DDP communication hidden by compute, percentage points"
-    )
-    max_throughput_regression_pct: float = Field(
-        default=2.3, ge=0, description="device time per step on a GPU, wall-clock step time on a CPU"
-    )
-    max_host_overhead_regression_pct: float = Field(
-        default=10.0, ge=0, description="host time to issue a step, judged where the step is host-bound"
-    )
-    max_peak_memory_growth_mb: float = Field(default=112.0, ge=0)
-    compile_latency_s: dict[str, float] = Field(default_factory=dict, description="workload name -> seconds")
-    max_compile_instructions_regression_pct: float = Field(
-        default=10.0, ge=0, description="a cold compile's instructions under callgrind, head over base"
-    )
-    max_compile_time_regression_pct: float = Field(
-        default=20.0, ge=0, description="a cold compile's wall-clock time, head over base"
-    )
-
-
-# The most cache-cold compiles a side may make per workload (compile.runs): each costs a compile.
-COMPILE_RUNS_MAX = 20
-
-
-class CompileConfig(_Section):
-    backend: str = "inductor"
-    mode: str | None = None
-    dynamic: bool | None = None
-    measure: Literal["auto", "callgrind", "wall", "off"] = Field(
-        default="auto",
-        description="how compile latency is measured: instructions under callgrind, wall-clock "
-        "seconds, auto (callgrind on a CPU with valgrind where it fits callgrind_budget_s), or off "
-        "(only the compile probe's own first compile, against budgets.compile_latency_s)",
-    )
-    runs: int = Field(
-        default=3, ge=2, le=COMPILE_RUNS_MAX, description="cache-cold compiles measured per side"
-    )
-    rebuild_kernels: bool = Field(
-        default=False,
-        description="each measured compile also builds every kernel anew (gcc, Triton) on empty caches; "
-        "off, kernels whose source is cached are read, so the figure is Dynamo, AOTAutograd and "
-        "Inductor's own work (ten times cheaper on the H200)",
-    )
-    callgrind_budget_s: float = Field(
-        default=60.0,
-        gt=0,
-        description="auto: callgrind only where its estimated cost fits (and what is left of "
-        "review.time_budget_s); a small model under aot_eager fits, Inductor's C++ builds do not",
-    )
-
-    @field_validator("measure", mode="before")
-    @classmethod
-    def _measure_off(cls, v: object) -> object:
-        # YAML 1.1 reads a bare `off` as false; `measure: off` means what it says.
-        return "off" if v is False else v
-
-
-# Settings of the round-based gate that the process-based one replaced, and what took their place.
-_REMOVED_TIMING_KEYS = {
-    "min_rounds": "`processes` (pairs of worker processes before the first verdict)",
-    "extra_rounds": "`extra_processes` (pairs added while the verdict is inconclusive)",
-    "max_rounds": "`max_processes`",
-    "confirm_fail": "`processes`: every verdict now comes from several pairs of processes",
-    "steps_per_round": "`round_ms` (a round runs the steps that fill it)",
-}
-
-
-class TimingConfig(_Section):
-    """How the timing probe measures; see docs/measuring.md."""
-
-    compiled: bool = Field(default=True, description="time the torch.compile'd model (false: eager)")
-    processes: int = Field(
-        default=3, ge=2, description="pairs of worker processes (one base, one head) before the first verdict"
-    )
-    extra_processes: int = Field(
-        default=2, ge=1, description="pairs added each time the verdict is inconclusive"
-    )
-    max_processes: int = Field(default=9, ge=2, description="at most this many pairs")
-    rounds: int = Field(
-        default=16, ge=2, description="timed rounds per pair, alternating which side goes first"
-    )
-    round_ms: float = Field(
-        default=50.0,
-        gt=0,
-        description="a round runs as many steps as fill this long (at least one), the same on both sides",
-    )
-    setup_together: int = Field(
-        default=3,
-        ge=1,
-        description="pairs set up (compiled from the warm cache) at once, so that the first look's "
-        "pairs set up together; 1 for models that fill the GPU",
-    )
-    device_steps: int = Field(default=10, ge=1, description="GPU: steps of the profiler pass for device time")
-    cpu_threads: int = Field(
-        default=1,
-        ge=1,
-        description="CPU: torch intra-op threads while timing; one keeps a busy neighbour out of the step",
-    )
-    time_budget_s: float = Field(default=300.0, gt=0, description="per workload, for timing")
-    warmup_block: int = Field(default=5, ge=1, description="steps per warm-up block")
-    warmup_max_steps: int = Field(default=300, ge=1)
-    warmup_tolerance_pct: float = Field(
-        default=2.0, gt=0, description="block-to-block change that counts as steady"
-    )
-    warmup_extra_steps: int = Field(
-        default=10, ge=0, description="steps run after steady state, before timing"
-    )
-    confidence: float = Field(default=0.95, gt=0.5, lt=1)
-    alpha: float = Field(
-        default=0.01, gt=0, lt=0.5, description="significance level of the t test over pairs"
-    )
-
-    @model_validator(mode="before")
-    @classmethod
-    def _removed(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for old, new in _REMOVED_TIMING_KEYS.items():
-                if old in data:
-                    raise PydanticCustomError(
-                        "removed_key",
-                        "no longer a setting: the worker process is the unit of replication now; "
-                        "set {new} instead",
-                        {"key": old, "new": new},
-                    )
-        return data
-
-    @model_validator(mode="after")
-    def _ordered(self) -> TimingConfig:
-        if self.max_processes < self.processes:
-            raise ValueError("max_processes at least processes")
-        return self
-
-
-class ReviewConfig(_Section):
-    """The review as a whole."""
-
-    time_budget_s: float = Field(
-        default=600.0,
-        gt=0,
-        description="seconds the probes of one review (or shard) may take: the plan is made to fit, "
-        "and what is cut or cheapened to fit is said in the output",
-    )
-
-
-class HistoryConfig(_Section):
-    enabled: bool = Field(default=False, description="record every `report` in the history store")
-    path: str = Field(default=".perfcheck/history.sqlite", description="the SQLite file (one file)")
-
-
-class BisectConfig(_Section):
-    """The probe job's bisection of a failing PR (`perfcheck probe --bisect auto`)."""
-
-    auto: bool = Field(
-        default=True,
-        description="bisect the failing structural findings of a PR with more than one commit; "
-        "`/perfcheck bisect` asks for it whatever this says",
-    )
-    timing: bool = Field(
-        default=False,
-        description="search the timing probe's findings too: each step is the gate's paired runs of "
-        "base against that commit, and a step it cannot decide is skipped and said so",
-    )
-    budget_s: float = Field(
-        default=1800.0,
-        gt=0,
-        description="seconds the search may take per shard; a finding not narrowed down by then says "
-        "between which commits it lies",
-    )
-
-
-class SweepConfig(_Section):
-    """`perfcheck sweep`: the compile settings to try; every combination of the lists is one point."""
-
-    modes: list[str | None] = Field(
-        default=["default", "reduce-overhead", "max-autotune-no-cudagraphs"],
-        description="torch.compile modes (inductor); `default` is mode=None",
-    )
-    dynamic: list[bool | None] = Field(default=[False, True])
-    options: list[dict[str, Any]] = Field(
-        default_factory=list,
-        description="extra torch.compile(options=...) dicts, each one more point per mode",
-    )
-    steps: int = Field(default=20, ge=2, description="timed steps per point, after warm-up")
-    timeout_s: float = Field(default=900.0, gt=0, description="per point")
-
-
-_PAIRS = {"(": ")", "[": "]", "{": "}"}
-
-
-def split_phrase(text: str) -> str | None:
-    """Why ``text`` is not one whole cause or command, or None when it is: a bracket it opens and
-    does not close, or closes without opening, or a backtick left open. That is what a list written
-    inline leaves where YAML splits an item at a comma inside parentheses: ``[a (b, c), d]`` is the
-    three items ``a (b``, ``c)`` and ``d``."""
-    open_: list[str] = []
-    for ch in text:
-        if ch in _PAIRS:
-            open_.append(ch)
-        elif ch in _PAIRS.values() and (not open_ or _PAIRS[open_.pop()] != ch):
-            return f"{text!r} closes {ch!r} without opening it"
-    if open_:
-        return f"{text!r} opens {open_[-1]!r} without closing it"
-    if text.count("`") % 2:
-        return f"{text!r} leaves a backtick open"
-    return None
-
-
-def whole_phrases(values: list[str]) -> list[str]:
-    """Each of ``values`` one whole phrase (split_phrase), or a ValueError that says how YAML split it."""
-    for v in values:
-        why = split_phrase(v)
-        if why is not None:
-            raise ValueError(
-                f"one cause or command per item; {why}: a list written inline ([a (b, c), d]) is "
-                "split by YAML at every comma, so write one item per line (- a (b, c))"
-            )
-    return values
 
 
 def gitignore_pattern(pattern: str) -> str:
@@ -340,53 +93,7 @@ def gitignore_pattern(pattern: str) -> str:
     return pattern
 
 
-class MatrixEntry(_Section):
-    """A project's own root-cause matrix entry, added to or replacing the built-in one."""
-
-    symptom: str | None = None
-    causes: list[str] = Field(default_factory=list, description="likely causes, most likely first")
-    verify: list[str] = Field(default_factory=list, description="commands that confirm the cause")
-    docs: str | None = None
-    severity: Literal["error", "warning", "info"] | None = Field(
-        default=None,
-        description="what this project makes the category's findings that are at its own severity "
-        "(error fails the check); those a budget or base's state softened keep theirs",
-    )
-
-    @field_validator("causes", "verify")
-    @classmethod
-    def _whole(cls, v: list[str]) -> list[str]:
-        return whole_phrases(v)
-
-
-class AckEntry(_Section):
-    """A known change accepted in config: findings of this category (and workload) do not fail."""
-
-    category: str
-    workload: str | None = None
-    reason: str = Field(min_length=1)
-
-
-class GitHubConfig(_Section):
-    """How perfcheck answers on GitHub; read from the base tree like everything else here."""
-
-    check_name: str = Field(
-        default="perfcheck", min_length=1, description="the check run's name (the required check)"
-    )
-    command_permission: Literal["read", "triage", "write", "maintain", "admin"] = Field(
-        default="write", description="the least repository permission that may run `/perfcheck`"
-    )
-    rerun_label: str = Field(default="perfcheck", min_length=1, description="adding it asks for a review")
-    inconclusive_conclusion: Literal["neutral", "action_required", "failure"] = Field(
-        default="action_required",
-        description="check conclusion for an inconclusive review (`neutral` lets a required check pass)",
-    )
-    probe_workflow: str = Field(
-        default="perfcheck.yml", min_length=1, description="the workflow `perfcheck serve` dispatches"
-    )
-
-
-class Config(_Section):
+class Config(Section):
     workloads: list[WorkloadConfig] = Field(
         default_factory=lambda: [WorkloadConfig(name=DEFAULT_WORKLOAD, entry=DEFAULT_WORKLOAD)]
     )
@@ -616,7 +323,9 @@ def _validate(data: dict[str, Any], source: str) -> Config:
     data["probe_settings"] = sections
     try:
         # Strict: a quoted "0" is text, not the number a budget needs; YAML says which it is.
-        return Config.model_validate({**data, "source": source}, strict=True)
+        return Config.model_validate(
+            {**data, "source": source}, strict=True, context={PROBE_NAMES: probe_names()}
+        )
     except ValidationError as err:
         raise ConfigError(_describe(err, source)) from None
 

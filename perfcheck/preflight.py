@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from perfcheck import __version__
-from perfcheck.config import WorkloadConfig
 from perfcheck.runner import sandbox
 from perfcheck.runner.loader import import_roots
 from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
+from perfcheck.settings import WorkloadConfig
 
 # PYTHONSAFEPATH (3.11): a fresh probe process's launcher imports nothing from its working
 # directory, the PR's tree, before it enters the sandbox (issue 45).

@@ -22,14 +22,7 @@ from typing import Any
 from perfcheck import __version__, preflight
 from perfcheck.bisect_schema import BisectDoc
 from perfcheck.bot import acks
-from perfcheck.config import (
-    Config,
-    WorkloadConfig,
-    first_adoption_config,
-    follow_up_probes,
-    planned_probes,
-    probe_names,
-)
+from perfcheck.config import Config, first_adoption_config, follow_up_probes, planned_probes, probe_names
 from perfcheck.core import bisect as bisect_search
 from perfcheck.core.compare import compare, verdict_of
 from perfcheck.core.matrix import merged
@@ -43,6 +36,7 @@ from perfcheck.runner.orchestrate import grouped, run_review
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.runner.sides import probe_env, side_walls
 from perfcheck.schema import ProbeResult, ProbeRun, Review, Shard, SideInfo, WorkloadReview
+from perfcheck.settings import WorkloadConfig
 from perfcheck.stopping import STOPS, stop_name
 
 EXIT_CODES = {"pass": 0, "fail": 1, "inconclusive": 3}

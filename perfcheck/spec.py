@@ -10,12 +10,8 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from perfcheck.config import (
-    CompileConfig,
-    TimingConfig,
-    WorkloadConfig,
-)
 from perfcheck.schema import CompileMeasure, Plant, Side
+from perfcheck.settings import CompileConfig, TimingConfig, WorkloadConfig
 
 S = TypeVar("S", bound=BaseModel)
 

@@ -13,10 +13,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfcheck.config import Config, WorkloadConfig
+from perfcheck.config import Config
 from perfcheck.core.charts import svg_sweep
 from perfcheck.core.markdown import cell, code
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
+from perfcheck.settings import WorkloadConfig
 from perfcheck.sweep_schema import PointResult, SweepReport
 
 EXIT_OK = 0

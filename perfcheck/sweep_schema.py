@@ -12,8 +12,8 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import WorkloadConfig
 from perfcheck.schema import Environment
+from perfcheck.settings import WorkloadConfig
 
 SWEEP_SCHEMA_VERSION: Final = 1
 DEFAULT_MODE = "default"

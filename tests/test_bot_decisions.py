@@ -13,9 +13,9 @@ from perfcheck.bot.gateway import ExistingComment, batched
 from perfcheck.bot.publish import CommentState, Target, comment_body, decide_comment, parse_state
 from perfcheck.bot.retry import Failure, RetryPolicy, delay_for, is_rate_limited
 from perfcheck.bot.webhook import DeliveryLog, signature_ok
-from perfcheck.config import GitHubConfig
 from perfcheck.core import markdown
 from perfcheck.schema import Finding, SourceLocation, load_review
+from perfcheck.settings import GitHubConfig
 
 DATA = Path(__file__).parent / "data"
 POLICY = RetryPolicy(attempts=5, base_delay_s=1.0, max_delay_s=120.0, secondary_limit_delay_s=60.0)

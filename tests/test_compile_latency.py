@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from conftest import MODEL, ReviewFn, fast_config, model_tree, write_tree
 
-from perfcheck.config import CompileConfig, parse_config
+from perfcheck.config import parse_config
 from perfcheck.core import compile_latency
 from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import rows as compile_rows
@@ -34,6 +34,7 @@ from perfcheck.schema import (
     TimingMetrics,
     WorkloadReview,
 )
+from perfcheck.settings import CompileConfig
 
 HAVE_VALGRIND = callgrind.valgrind() is not None and callgrind.header_dir() is not None
 

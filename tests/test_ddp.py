@@ -175,8 +175,8 @@ def test_comparator_budget_and_existing_mismatch() -> None:
 
 
 def test_the_ddp_section_reaches_the_worker_through_the_spec() -> None:
-    from perfcheck.config import WorkloadConfig
     from perfcheck.core.probes.ddp import DdpSettings
+    from perfcheck.settings import WorkloadConfig
     from perfcheck.spec import ProbeSpec
 
     config = parse_config("ddp: {world_size: 3, variants: [eager]}", "perfcheck.yml")

@@ -25,9 +25,10 @@ from perfcheck.bot.plan import decide
 from perfcheck.bot.publish import parse_state, publish_review
 from perfcheck.bot.respond import lookup_context, respond
 from perfcheck.bot.retry import RetryPolicy
-from perfcheck.config import Config, GitHubConfig
+from perfcheck.config import Config
 from perfcheck.core.bisect import KnownCommit, targets
 from perfcheck.schema import Finding, Review, SourceLocation, load_review, upgraded_v2
+from perfcheck.settings import GitHubConfig
 
 DATA = Path(__file__).parent / "data"
 REPO_ROOT = Path(__file__).resolve().parent.parent

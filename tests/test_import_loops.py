@@ -2,9 +2,10 @@
 one under ``TYPE_CHECKING`` too, since each is a dependency a reader must hold in mind and a loop
 dodged at run time is still a loop. Read from the source with ``ast``, no module imported.
 
-One knot is left, listed here so that it can only shrink: the config composes the probe registry's
-sections, the probes read their settings from the config, and the schema's categories come from
-the registry (issue 43, item 1: the shared settings types below both)."""
+One knot is left, listed here so that it can only shrink: the schema's finding categories and each
+probe's metrics model come from the probe registry (perfcheck/core/probes), whose descriptors are
+built of the schema's types. (The config is out of it: the settings its sections are made of live
+in perfcheck/settings.py, below both the config and the probes.)"""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "perfcheck"
 KNOWN_KNOT = {
-    "perfcheck.config",
     "perfcheck.core.compile_latency",
     "perfcheck.core.matrix",
     "perfcheck.core.probes",
@@ -27,7 +27,6 @@ KNOWN_KNOT = {
     "perfcheck.core.probes.profile",
     "perfcheck.core.probes.timing",
     "perfcheck.core.timing_gate",
-    "perfcheck.plugins",
     "perfcheck.schema",
 }
 

@@ -9,9 +9,9 @@ import pytest
 from conftest import model_tree
 
 from perfcheck.cli import main
-from perfcheck.config import WorkloadConfig
 from perfcheck.review import ShardError, merge_shards, parse_shard, shard_of
 from perfcheck.schema import ProbeRun, Shard, SideInfo, WorkloadReview
+from perfcheck.settings import WorkloadConfig
 
 CONFIG = """
 workloads:

@@ -15,10 +15,11 @@ from xml.etree import ElementTree
 import pytest
 from conftest import model_tree, write_tree
 
-from perfcheck.config import Config, SweepConfig, WorkloadConfig, parse_config
+from perfcheck.config import Config, parse_config
 from perfcheck.core.charts import svg_sweep
 from perfcheck.core.pareto import dominates, pareto_front
 from perfcheck.runner.sweep import SweepJob, plan_points, run_point, run_sweep, skip_reason
+from perfcheck.settings import SweepConfig, WorkloadConfig
 from perfcheck.sweep_cli import (
     EXIT_BAD_INPUT,
     EXIT_OK,

@@ -8,9 +8,9 @@ import random
 from collections.abc import Sequence
 from pathlib import Path
 
-from perfcheck.config import BudgetsConfig, TimingConfig
 from perfcheck.core.timing_gate import decide, headline_metric, held_open, metric, sequential
 from perfcheck.schema import DeviceStep, TimingChange, TimingProcess
+from perfcheck.settings import BudgetsConfig, TimingConfig
 
 SIDES = ("base", "head")
 

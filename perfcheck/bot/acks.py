@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 
 from perfcheck.bot.command import CommandError, has_permission, parse_command
 from perfcheck.bot.timestamps import instant
-from perfcheck.config import AckEntry
 from perfcheck.core.compare import verdict_of
 from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review
+from perfcheck.settings import AckEntry
 
 
 class Ack(BaseModel):

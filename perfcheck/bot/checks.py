@@ -9,10 +9,10 @@ characters are dropped and every field is cut to GitHub's size limits.
 import re
 from typing import Any, Literal
 
-from perfcheck.config import GitHubConfig
 from perfcheck.core import matrix
 from perfcheck.core.render import COMMENT_LIMIT, headline
 from perfcheck.schema import Finding, Review, Verdict
+from perfcheck.settings import GitHubConfig
 
 SUMMARY_LIMIT = 65535  # output.summary and output.text
 ANNOTATIONS_PER_REQUEST = 50

@@ -17,12 +17,12 @@ from typing import Any, Literal
 from perfcheck.bot.checks import ANNOTATIONS_PER_REQUEST, SUMMARY_LIMIT, conclusion, title
 from perfcheck.bot.checks import annotations as check_annotations
 from perfcheck.bot.gateway import ExistingComment, GitHubPort, batched
-from perfcheck.config import GitHubConfig
 from perfcheck.core import markdown
 from perfcheck.core.matrix import Entry
 from perfcheck.core.render import COMMENT_LIMIT, render_comment
 from perfcheck.core.reports import render_check_summary
 from perfcheck.schema import Review, Verdict
+from perfcheck.settings import GitHubConfig
 
 STATE_PREFIX = "<!-- perfcheck:state"
 _STATE = re.compile(

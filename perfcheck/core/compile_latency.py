@@ -13,7 +13,6 @@ import math
 from statistics import median
 from typing import Literal
 
-from perfcheck.config import BudgetsConfig, TimingConfig
 from perfcheck.core.stats import budget_verdict, process_ratio, ratio_fields, t_quantile, worth_warning
 from perfcheck.schema import (
     COMPILE_STAGES,
@@ -23,6 +22,7 @@ from perfcheck.schema import (
     CompileSample,
     StageLatency,
 )
+from perfcheck.settings import BudgetsConfig, TimingConfig
 
 
 def unit(change: CompileLatencyChange) -> Literal["instructions", "s"]:

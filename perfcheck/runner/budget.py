@@ -20,9 +20,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from perfcheck.config import TimingConfig
 from perfcheck.core import probes
 from perfcheck.schema import ReviewCosts, StepCost
+from perfcheck.settings import TimingConfig
 
 T = TypeVar("T")
 

@@ -20,10 +20,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from statistics import median
 
-from perfcheck.config import COMPILE_RUNS_MAX, Config
+from perfcheck.config import Config
 from perfcheck.core import compile_latency
 from perfcheck.runner.latency_runs import samples_of
 from perfcheck.schema import CompileLatency, CompileLatencyChange, CompileMetrics, ProbeResult, Side
+from perfcheck.settings import COMPILE_RUNS_MAX
 
 ROUND = 3  # counted compiles a side per round: a process's warm-up is paid once for them
 START_S = 5.0  # a process's own start before its warm-up (imports, the workload's build)

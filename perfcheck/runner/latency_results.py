@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from perfcheck.config import WorkloadConfig
 from perfcheck.runner import latency_runs
 from perfcheck.runner.review_run import ReviewRun
 from perfcheck.runner.sides import (
@@ -23,6 +22,7 @@ from perfcheck.schema import (
     TimingMetrics,
     probe_metrics,
 )
+from perfcheck.settings import WorkloadConfig
 
 
 def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | None:

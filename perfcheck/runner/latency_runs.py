@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import ValidationError
 
-from perfcheck.config import CompileConfig
 from perfcheck.runner import callgrind
 from perfcheck.schema import CompileLatency, CompileMeasure, CompileSample, ProbeResult, Side
+from perfcheck.settings import CompileConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
 
 # Measured on the 2-core CPU (docs/benchmarks.md, bench/compile_latency.py): a process under

@@ -16,7 +16,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
-from perfcheck.config import WorkloadConfig, planned_probes
+from perfcheck.config import planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.progress import Progress, Task
@@ -55,6 +55,7 @@ from perfcheck.schema import (
     WorkloadReview,
     probe_metrics,
 )
+from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
 from perfcheck.stopping import STOPS
 

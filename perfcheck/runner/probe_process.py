@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from perfcheck.config import WorkloadConfig
 from perfcheck.core import probes
 from perfcheck.runner import channel, forkserver, reaper, sandbox
 from perfcheck.runner.forkserver import ForkServers
@@ -29,6 +28,7 @@ from perfcheck.schema import (
     ProbeStatus,
     load_model,
 )
+from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import ProbeSpec, Walls, side_files
 
 if TYPE_CHECKING:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from perfcheck.config import WorkloadConfig, follow_up_probes
+from perfcheck.config import follow_up_probes
 from perfcheck.core import probes
 from perfcheck.runner import latency_runs
 from perfcheck.runner.budget import prior
@@ -14,6 +14,7 @@ from perfcheck.runner.review_run import ReviewRun
 from perfcheck.schema import (
     ProbeResult,
 )
+from perfcheck.settings import WorkloadConfig
 
 
 def plan_line(

@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfcheck.config import Config, WorkloadConfig
+from perfcheck.config import Config
 from perfcheck.schema import (
     Side,
 )
+from perfcheck.settings import WorkloadConfig
 
 if TYPE_CHECKING:
     pass

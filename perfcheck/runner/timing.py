@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from perfcheck.config import BudgetsConfig, TimingConfig
 from perfcheck.core.timing_gate import decide, held_open, sequential
 from perfcheck.runner import forkserver
 from perfcheck.runner.device_metrics import pooled
@@ -48,6 +47,7 @@ from perfcheck.schema import (
     ProbeResult,
     TimingMetrics,
 )
+from perfcheck.settings import BudgetsConfig, TimingConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
 
 SIDES = ("base", "head")

@@ -13,7 +13,6 @@ from typing import Literal
 
 from pydantic import Field
 
-from perfcheck.config import Config
 from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
 from perfcheck.schema import (
@@ -25,6 +24,7 @@ from perfcheck.schema import (
     WorkloadReview,
     probe_metrics,
 )
+from perfcheck.settings import SettingsView
 
 
 class AmpOp(Strict):
@@ -115,7 +115,7 @@ def _break_finding(wl: str, gb: GraphBreak, count: int) -> Finding:
     )
 
 
-def amp_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+def amp_findings(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> list[Finding]:
     b, h = probe_metrics(base, AmpMetrics), probe_metrics(head, AmpMetrics)
     if b is None or h is None:
         return []
@@ -151,7 +151,7 @@ def rows(ba: ProbeResult | None, ha: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(rows, ba, ha)
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     return Compared(amp_findings(wl, base, head, config))
 
 

@@ -7,7 +7,6 @@ import re
 from collections import Counter
 from typing import Literal
 
-from perfcheck.config import COMPILE_RUNS_MAX, Config
 from perfcheck.core import compile_latency, deltas
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import (
@@ -34,6 +33,7 @@ from perfcheck.schema import (
     WorkloadReview,
     probe_metrics,
 )
+from perfcheck.settings import COMPILE_RUNS_MAX, SettingsView
 
 
 def _break_key(gb: GraphBreak) -> tuple[str, str]:
@@ -64,7 +64,9 @@ def guard_expression(reason: str) -> str:
     return first.split("  #")[0].strip() or first
 
 
-def _compile_findings(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> list[Finding]:
+def _compile_findings(
+    wl: str, base: CompileMetrics, head: CompileMetrics, config: SettingsView
+) -> list[Finding]:
     out: list[Finding] = []
     base_breaks, head_breaks = Counter[tuple[str, str]](), Counter[tuple[str, str]]()
     for counter, breaks in ((base_breaks, base.graph_breaks), (head_breaks, head.graph_breaks)):
@@ -366,7 +368,11 @@ def _what_decides(change: CompileLatencyChange, runs: int) -> str:
 
 
 def _absolute_finding(
-    wl: str, base: CompileMetrics, head: CompileMetrics, config: Config, change: CompileLatencyChange | None
+    wl: str,
+    base: CompileMetrics,
+    head: CompileMetrics,
+    config: SettingsView,
+    change: CompileLatencyChange | None,
 ) -> Finding | None:
     """The workload's own seconds, against a process's first compile: what a user waits for."""
     limit = config.budgets.compile_latency_s.get(wl)
@@ -389,7 +395,7 @@ def _absolute_finding(
     )
 
 
-def _compile_latency(wl: str, base: CompileMetrics, head: CompileMetrics, config: Config) -> Compared:
+def _compile_latency(wl: str, base: CompileMetrics, head: CompileMetrics, config: SettingsView) -> Compared:
     change = None
     findings: list[Finding] = []
     inconclusive: list[str] = []
@@ -424,7 +430,7 @@ def _compile_failed(wl: str, base: ProbeResult, head: ProbeResult) -> Finding | 
     return rejected_finding("compile_failed", wl, "compile", "torch.compile", h, base)
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     failed = _compile_failed(wl, base, head)
     if failed is not None:
         return Compared([failed])

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import Config
 from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.core.probes.kind import (
@@ -29,6 +28,7 @@ from perfcheck.schema import (
     WorkloadReview,
     probe_metrics,
 )
+from perfcheck.settings import SettingsView
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.
 NO_CHECK = "opcheck"
@@ -94,7 +94,7 @@ def fake_check(check: str) -> bool:
     return "fake" in check or "aot_dispatch" in check
 
 
-def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+def custom_op_findings(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> list[Finding]:
     h, b = probe_metrics(head, CustomOpMetrics), probe_metrics(base, CustomOpMetrics)
     if h is None:
         return []
@@ -134,11 +134,11 @@ def rows(bo: ProbeResult | None, ho: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(rows, bo, ho)
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     return Compared(custom_op_findings(wl, base, head, config))
 
 
-def _called_for(config: Config, results: list[ProbeResult]) -> bool:
+def _called_for(config: SettingsView, results: list[ProbeResult]) -> bool:
     """A workload whose exported graph (on either side) calls a custom op, or where torch.compile
     or torch.export failed on a side: a custom op's fake kernel that disagrees with the real one
     stops both, and opcheck names the op where the exported graph that would have shown it never

@@ -8,7 +8,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import (
     VARIANT_FAILED,
@@ -21,6 +20,7 @@ from perfcheck.core.probes.kind import (
     status_cell,
 )
 from perfcheck.schema import Finding, GraphBreak, ProbeResult, Strict, WorkloadReview, probe_metrics
+from perfcheck.settings import SettingsView
 
 
 class Collective(Strict):
@@ -109,7 +109,7 @@ def _describe(keys: Counter[tuple[str, int, str, int]]) -> list[str]:
     return [f"{n}× {op} of {b:,} B {dtype} over {g} ranks" for (op, g, dtype, b), n in sorted(keys.items())]
 
 
-def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+def findings(workload: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> list[Finding]:
     out: list[Finding] = []
     bm, hm = probe_metrics(base, DdpMetrics), probe_metrics(head, DdpMetrics)
     b, h = _variants(bm), _variants(hm)
@@ -220,7 +220,7 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
     return settled(rows, bd, hd)
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     bm, hm = probe_metrics(base, DdpMetrics), probe_metrics(head, DdpMetrics)
     if bm is None or hm is None:
         return Compared(inconclusive=[f"{wl}/ddp: no DDP measurements to compare"])

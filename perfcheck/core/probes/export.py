@@ -7,7 +7,6 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from perfcheck.config import Config
 from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.kind import (
     Cell,
@@ -21,6 +20,7 @@ from perfcheck.core.probes.kind import (
     status_or,
 )
 from perfcheck.schema import Finding, ProbeResult, SourceLocation, Strict, WorkloadReview, probe_metrics
+from perfcheck.settings import SettingsView
 
 MAX_DIFF_LINES = 120
 
@@ -89,14 +89,14 @@ def read_op_diff(op_diff: dict[str, list[int]], base_text: str, head_text: str, 
     return None
 
 
-def _training(config: Config, wl: str) -> bool:
+def _training(config: SettingsView, wl: str) -> bool:
     try:
         return config.workload(wl).train
     except KeyError:
         return False
 
 
-def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> Finding:
+def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: SettingsView) -> Finding:
     ops = sorted(set(b.op_counts) | set(h.op_counts))
     op_diff = {
         op: [b.op_counts.get(op, 0), h.op_counts.get(op, 0)]
@@ -137,7 +137,7 @@ def _ir_changed(wl: str, b: ExportMetrics, h: ExportMetrics, config: Config) -> 
     )
 
 
-def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> list[Finding]:
     out: list[Finding] = []
     b, h = probe_metrics(base, ExportMetrics), probe_metrics(head, ExportMetrics)
     if h is None:
@@ -177,7 +177,7 @@ def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Conf
     return out
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     return Compared(_export_findings(wl, base, head, config))
 
 

@@ -21,7 +21,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
 from perfcheck.core.probes.kind import (
@@ -34,6 +33,7 @@ from perfcheck.core.probes.kind import (
     status_cell,
 )
 from perfcheck.schema import Finding, GraphBreak, ProbeResult, SourceLocation, WorkloadReview
+from perfcheck.settings import SettingsView
 
 Variant = Literal["eager", "compiled_layers", "compiled_model"]
 Dtype = Literal["float32", "bfloat16", "float16"]
@@ -524,7 +524,7 @@ def _layout(wl: str, b: FsdpMetrics, h: FsdpMetrics) -> list[Finding]:
 
 
 def _overlap(
-    wl: str, name: str, b: FsdpVariant, h: FsdpVariant, config: Config, backend: str
+    wl: str, name: str, b: FsdpVariant, h: FsdpVariant, config: SettingsView, backend: str
 ) -> Finding | None:
     if b.comm_overlap_pct is None or h.comm_overlap_pct is None:
         return None
@@ -575,7 +575,7 @@ def _ranks(wl: str, name: str, b: FsdpVariant | None, h: FsdpVariant) -> Finding
     )
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     b, h = _metrics(base), _metrics(head)
     if b is None or h is None:
         return Compared(inconclusive=[f"{wl}/fsdp: no FSDP measurements to compare"])

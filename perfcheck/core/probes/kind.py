@@ -41,7 +41,7 @@ from perfcheck.core.markdown import Compound, Figure
 from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
 
 if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
-    from perfcheck.config import Config, WorkloadConfig
+    from perfcheck.settings import SettingsView, WorkloadConfig
 
 
 # A cell of a row: a figure with its unit, or two values joined (``3 (1.5 KB)``), both formatted
@@ -69,7 +69,7 @@ class Compared:
     compile_latency: CompileLatencyChange | None = None
 
 
-Compare = Callable[[str, ProbeResult, ProbeResult, "Config"], Compared]
+Compare = Callable[[str, ProbeResult, ProbeResult, "SettingsView"], Compared]
 Rows = Callable[[ProbeResult | None, ProbeResult | None, WorkloadReview], list[Row]]
 
 
@@ -133,8 +133,8 @@ class FollowUp:
     workload's results so far (both sides' of every probe that ran)."""
 
     after: tuple[str, ...]
-    enabled: Callable[[Config], bool]
-    called_for: Callable[[Config, list[ProbeResult]], bool]
+    enabled: Callable[[SettingsView], bool]
+    called_for: Callable[[SettingsView, list[ProbeResult]], bool]
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ class ProbeKind:
             where = ".".join(str(p) for p in first["loc"]) or "(top level)"
             raise ValueError(f"{self.name} metrics: {where}: {first['msg']}") from None
 
-    def settings_of(self, config: Config) -> BaseModel | None:
+    def settings_of(self, config: SettingsView) -> BaseModel | None:
         """The probe's config section (its defaults when the config has none)."""
         return config.section(self.settings) if self.settings is not None else None
 

@@ -14,11 +14,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import Config
 from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
 from perfcheck.schema import Finding, ProbeResult, Strict, probe_metrics
+from perfcheck.settings import SettingsView
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a
 # name missing from it may simply be too small to be listed, not absent.
@@ -115,7 +115,7 @@ def _message(what: str, added: list[Change], removed: list[Change], timed: list[
     return f"{what} mix per step changed: " + "; ".join(parts)
 
 
-def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> list[Finding]:
+def findings(workload: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> list[Finding]:
     b, h = probe_metrics(base, TraceMetrics), probe_metrics(head, TraceMetrics)
     if b is None or h is None or not b.kernels or not h.kernels or on_gpu(b) != on_gpu(h):
         return []  # nothing to compare, or GPU kernels against CPU ops
@@ -165,7 +165,7 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Config
     ]
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     return Compared(findings(wl, base, head, config))
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from statistics import median
 
-from perfcheck.config import Config
 from perfcheck.core import deltas
 from perfcheck.core.markdown import Compound, Figure, count, size
 from perfcheck.core.probes.kind import (
@@ -42,6 +41,7 @@ from perfcheck.schema import (
     WorkloadReview,
     probe_metrics,
 )
+from perfcheck.settings import SettingsView
 
 # What must match before two timings are comparable. Software versions may differ on purpose
 # (--base-python / --head-python compare two torch builds); the environment line shows them.
@@ -103,7 +103,7 @@ def _alarm(m: MetricChange, alpha: float) -> bool:
     )
 
 
-def compare(wl: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     b, h = probe_metrics(base, TimingMetrics), probe_metrics(head, TimingMetrics)
     if b is None or h is None:
         return Compared()
@@ -241,7 +241,7 @@ def _host_findings(wl: str, change: TimingChange, alpha: float) -> list[Finding]
     return out
 
 
-def _memory_findings(wl: str, b: TimingMetrics, h: TimingMetrics, config: Config) -> list[Finding]:
+def _memory_findings(wl: str, b: TimingMetrics, h: TimingMetrics, config: SettingsView) -> list[Finding]:
     bp, hp = peak_memory(b), peak_memory(h)
     if bp is None or hp is None or b.memory_kind != h.memory_kind:
         return []
