@@ -10,7 +10,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from perfcheck.schema import CompileMeasure, Plant, Side
+from perfcheck.measures import CompileMeasure, Plant, Side
 from perfcheck.settings import CompileConfig, TimingConfig, WorkloadConfig
 
 S = TypeVar("S", bound=BaseModel)

@@ -12,7 +12,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.schema import Environment
+from perfcheck.measures import Environment
 from perfcheck.settings import WorkloadConfig
 
 SWEEP_SCHEMA_VERSION: Final = 1

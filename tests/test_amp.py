@@ -14,6 +14,7 @@ from conftest import ReviewFn, write_tree
 from perfcheck.config import Config, parse_config
 from perfcheck.core.probes.amp import AmpMetrics, AmpOp, amp_findings
 from perfcheck.core.render import render_comment
+from perfcheck.measures import GraphBreak, SourceLocation
 from perfcheck.runner.probes.amp_probe import (
     autocast_spans,
     fp32_kernels,
@@ -21,7 +22,7 @@ from perfcheck.runner.probes.amp_probe import (
     is_matmul_class,
     stack_frames,
 )
-from perfcheck.schema import Finding, GraphBreak, ProbeResult, Review, SourceLocation
+from perfcheck.schema import Finding, ProbeResult, Review
 
 MODEL = """\
 import torch

@@ -306,7 +306,8 @@ def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
     """A probe job's document is untrusted: entries for findings the review does not have, or a
     search of another head, are dropped; shards that searched different ranges are refused."""
     from perfcheck.core.bisect import kept, merge, targets
-    from perfcheck.schema import Finding, SourceLocation
+    from perfcheck.measures import SourceLocation
+    from perfcheck.schema import Finding
 
     found = Finding(
         category="graph_break_added",

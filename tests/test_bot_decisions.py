@@ -14,7 +14,8 @@ from perfcheck.bot.publish import CommentState, Target, comment_body, decide_com
 from perfcheck.bot.retry import Failure, RetryPolicy, delay_for, is_rate_limited
 from perfcheck.bot.webhook import DeliveryLog, signature_ok
 from perfcheck.core import markdown
-from perfcheck.schema import Finding, SourceLocation, load_review
+from perfcheck.measures import SourceLocation
+from perfcheck.schema import Finding, load_review
 from perfcheck.settings import GitHubConfig
 
 DATA = Path(__file__).parent / "data"

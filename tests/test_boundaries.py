@@ -25,7 +25,7 @@ CONTRACTS = {
     "runner": ("perfcheck.bot", "github"),
 }
 # The shared contracts at the package root: every side imports them, so they import no side.
-SHARED = ("schema.py", "config.py", "settings.py", "spec.py", "sweep_schema.py", "argtypes.py")
+SHARED = ("schema.py", "measures.py", "config.py", "settings.py", "spec.py", "sweep_schema.py", "argtypes.py")
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:

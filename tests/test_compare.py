@@ -6,14 +6,8 @@ from perfcheck.config import Config, parse_config
 from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import normalize_guard
 from perfcheck.core.probes.export import ExportMetrics
-from perfcheck.schema import (
-    CompileMetrics,
-    GraphBreak,
-    ProbeResult,
-    Recompile,
-    SourceLocation,
-    WorkloadReview,
-)
+from perfcheck.measures import CompileMetrics, GraphBreak, Recompile, SourceLocation
+from perfcheck.schema import ProbeResult, WorkloadReview
 
 
 def compile_result(
@@ -188,7 +182,7 @@ def timing_result(
     kernels: float = 100,
 ) -> ProbeResult:
     """One side's timing probe: one process per figure in ``steps`` (device time only on a GPU)."""
-    from perfcheck.schema import DeviceStep, Environment, TimingMetrics, TimingProcess
+    from perfcheck.measures import DeviceStep, Environment, TimingMetrics, TimingProcess
 
     processes = [
         TimingProcess(

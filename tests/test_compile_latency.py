@@ -23,17 +23,11 @@ from perfcheck.core import compile_latency
 from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import rows as compile_rows
 from perfcheck.core.probes.kind import Row
+from perfcheck.measures import CompileLatency, CompileMetrics, CompileSample, TimingMetrics
 from perfcheck.runner import callgrind
 from perfcheck.runner.latency_runs import choose
 from perfcheck.runner.sides import SHARED_CACHE_ENV
-from perfcheck.schema import (
-    CompileLatency,
-    CompileMetrics,
-    CompileSample,
-    ProbeResult,
-    TimingMetrics,
-    WorkloadReview,
-)
+from perfcheck.schema import ProbeResult, WorkloadReview
 from perfcheck.settings import CompileConfig
 
 HAVE_VALGRIND = callgrind.valgrind() is not None and callgrind.header_dir() is not None
@@ -458,7 +452,7 @@ def test_callgrind_asked_for_without_valgrind_is_bad_input(tmp_path: Path) -> No
 
 def test_the_pairs_that_would_decide_narrow_the_interval_to_the_estimates_distance_from_the_budget() -> None:
     from perfcheck.core.compile_latency import pairs_to_decide
-    from perfcheck.schema import CompileLatencyChange
+    from perfcheck.measures import CompileLatencyChange
 
     def change(ratio: float, low: float, high: float) -> CompileLatencyChange:
         fields = {"base": 1.0, "head": ratio, "confidence": 0.95, "p_value": 0.01}

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from perfcheck.measures import DeviceStep
 from perfcheck.runner.device_metrics import device_step, from_trace, pooled
-from perfcheck.schema import DeviceStep
 
 DATA = Path(__file__).parent / "data"
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from perfcheck.core.explain import explain
 from perfcheck.core.matrix import resolve
-from perfcheck.schema import Finding, SourceLocation
+from perfcheck.measures import SourceLocation
+from perfcheck.schema import Finding
 
 
 def _finding(category: str, message: str = "m", **kw: object) -> Finding:

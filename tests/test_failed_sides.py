@@ -15,7 +15,8 @@ from conftest import ReviewFn, write_tree
 
 from perfcheck.core.probes.kind import Row
 from perfcheck.core.render import render_comment, workload_rows
-from perfcheck.schema import ProbeStatus, WorkloadReview
+from perfcheck.measures import ProbeStatus
+from perfcheck.schema import WorkloadReview
 
 ROWNORM = """\
 import torch

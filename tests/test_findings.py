@@ -9,7 +9,8 @@ from conftest import ReviewFn, fast_config, model_tree, write_tree
 
 from perfcheck.core.matrix import resolve, where_of
 from perfcheck.core.render import render_comment
-from perfcheck.schema import CompileMetrics, Finding, Review
+from perfcheck.measures import CompileMetrics
+from perfcheck.schema import Finding, Review
 
 
 def only(review: Review, category: str) -> list[Finding]:

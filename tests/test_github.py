@@ -27,7 +27,8 @@ from perfcheck.bot.respond import lookup_context, respond
 from perfcheck.bot.retry import RetryPolicy
 from perfcheck.config import Config
 from perfcheck.core.bisect import KnownCommit, targets
-from perfcheck.schema import Finding, Review, SourceLocation, load_review, upgraded_v2
+from perfcheck.measures import SourceLocation
+from perfcheck.schema import Finding, Review, load_review, upgraded_v2
 from perfcheck.settings import GitHubConfig
 
 DATA = Path(__file__).parent / "data"

@@ -27,7 +27,8 @@ from perfcheck.core.history import (
     trend,
 )
 from perfcheck.history_cli import add_history_parser, render_trend, sparkline
-from perfcheck.schema import ProbeResult, Review, TimingMetrics, TimingProcess, load_review
+from perfcheck.measures import TimingMetrics, TimingProcess
+from perfcheck.schema import ProbeResult, Review, load_review
 
 DEMO_RESULT = Path(__file__).parent / "data" / "demo-result.json"
 ITEM_BREAK = "Unsupported Tensor.item() call with capture_scalar_outputs=False"

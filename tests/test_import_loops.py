@@ -26,7 +26,6 @@ KNOWN_KNOT = {
     "perfcheck.core.probes.kind",
     "perfcheck.core.probes.profile",
     "perfcheck.core.probes.timing",
-    "perfcheck.core.timing_gate",
     "perfcheck.schema",
 }
 

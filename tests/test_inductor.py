@@ -6,8 +6,8 @@ import pytest
 from conftest import DEMO, ReviewFn
 
 from perfcheck.config import load_config
+from perfcheck.measures import CompileMetrics
 from perfcheck.runner.sides import SHARED_CACHE_ENV
-from perfcheck.schema import CompileMetrics
 
 
 @pytest.mark.inductor

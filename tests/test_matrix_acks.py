@@ -16,7 +16,8 @@ from perfcheck.config import ConfigError, parse_config
 from perfcheck.core import probes
 from perfcheck.core.matrix import MatrixError, known, merged, parse_matrix, register_probe_entries, resolve
 from perfcheck.core.render import render_comment
-from perfcheck.schema import Finding, SourceLocation, builtin_categories, categories, load_review
+from perfcheck.measures import SourceLocation
+from perfcheck.schema import Finding, builtin_categories, categories, load_review
 
 DATA = Path(__file__).parent / "data"
 

@@ -11,8 +11,9 @@ from perfcheck.core import probes
 from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics
 from perfcheck.core.probes.fsdp import FsdpMetrics, FsdpVariant
 from perfcheck.core.render import render_comment
+from perfcheck.measures import ProbeStatus
 from perfcheck.review import assemble
-from perfcheck.schema import ProbeResult, ProbeStatus, Review, SideInfo, WorkloadReview
+from perfcheck.schema import ProbeResult, Review, SideInfo, WorkloadReview
 
 ERROR = "InductorError: OSError: [Errno 30] Read-only file system: '/tmp/x.lock'"
 

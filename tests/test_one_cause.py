@@ -11,7 +11,8 @@ from pathlib import Path
 from conftest import ReviewFn, write_tree
 
 from perfcheck.core.render import render_comment
-from perfcheck.schema import CompileMetrics, Review
+from perfcheck.measures import CompileMetrics
+from perfcheck.schema import Review
 
 BLOCKS = """\
 import torch

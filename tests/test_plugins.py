@@ -330,7 +330,8 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
 
     from perfcheck.core import bisect, explain, probes
     from perfcheck.core.matrix import because, known
-    from perfcheck.schema import Finding, SourceLocation, categories
+    from perfcheck.measures import SourceLocation
+    from perfcheck.schema import Finding, categories
 
     def finding(category: str, **evidence: object) -> Finding:
         where = SourceLocation(path="model.py", line=3)

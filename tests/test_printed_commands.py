@@ -12,7 +12,8 @@ import subprocess
 from pathlib import Path
 
 from perfcheck.core.matrix import known, merged, resolve, where_of
-from perfcheck.schema import Finding, Review, SideInfo, SourceLocation
+from perfcheck.measures import SourceLocation
+from perfcheck.schema import Finding, Review, SideInfo
 
 HOSTILE = [
     "$(touch {marker})",

@@ -11,7 +11,8 @@ from conftest import ReviewFn, fast_config, model_tree
 from perfcheck.config import Config, parse_config
 from perfcheck.core.probes.profile import LISTED_LIMIT, KernelStat, TraceMetrics, findings
 from perfcheck.core.trace import summarize
-from perfcheck.schema import Finding, ProbeResult, Side
+from perfcheck.measures import Side
+from perfcheck.schema import Finding, ProbeResult
 
 Kind = Literal["compute", "communication", "memory", "cpu_op"]
 

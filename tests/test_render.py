@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 
 from perfcheck.core.render import MARKER, render_comment
-from perfcheck.schema import Finding, GraphBreak, Review, SourceLocation, load_review
+from perfcheck.measures import GraphBreak, SourceLocation
+from perfcheck.schema import Finding, Review, load_review
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"

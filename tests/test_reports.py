@@ -15,20 +15,9 @@ from pydantic import BaseModel
 from perfcheck.core import charts, history
 from perfcheck.core.probes.profile import KernelStat, TraceMetrics
 from perfcheck.core.reports import render_check_summary, render_html, render_job_summary
+from perfcheck.measures import MetricChange, Side, SourceLocation, TimingChange, TimingMetrics, TimingProcess
 from perfcheck.report_cli import add_html_parser
-from perfcheck.schema import (
-    Finding,
-    MetricChange,
-    ProbeResult,
-    Review,
-    Side,
-    SourceLocation,
-    TimingChange,
-    TimingMetrics,
-    TimingProcess,
-    WorkloadReview,
-    load_review,
-)
+from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview, load_review
 
 DATA = Path(__file__).parent / "data"
 GOLDEN = Path(__file__).parent / "golden"

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from conftest import DEMO, ReviewFn, fast_config, model_tree, write_tree
 
-from perfcheck.schema import CompileMetrics, Finding, Review
+from perfcheck.measures import CompileMetrics
+from perfcheck.schema import Finding, Review
 
 
 def only(review: Review, category: str) -> list[Finding]:

@@ -153,7 +153,8 @@ DEMO_V2 = Path(__file__).parent / "data" / "demo-result.json"  # recorded by per
 def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp_path: Path) -> None:
     from perfcheck.core.probes.export import ExportMetrics
     from perfcheck.core.render import render_comment
-    from perfcheck.schema import CompileMetrics, TimingMetrics, probe_metrics
+    from perfcheck.measures import CompileMetrics, TimingMetrics
+    from perfcheck.schema import probe_metrics
 
     raw = json.loads(DEMO_V2.read_text())
     assert raw["schema_version"] == 2 and "compile" in raw["workloads"][0]["base"][0]
@@ -175,7 +176,8 @@ def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp
 
 
 def test_a_version_2_probe_run_reads_as_version_3(tmp_path: Path) -> None:
-    from perfcheck.schema import CompileMetrics, load_probe_run, probe_metrics
+    from perfcheck.measures import CompileMetrics
+    from perfcheck.schema import load_probe_run, probe_metrics
 
     raw = json.loads(DEMO_V2.read_text())
     doc = {
@@ -222,7 +224,8 @@ def test_a_probes_metrics_that_do_not_fit_its_model_refuse_the_document(tmp_path
 
 
 def test_typed_metrics_are_made_once_and_follow_a_copy_with_new_metrics() -> None:
-    from perfcheck.schema import CompileMetrics, ProbeResult, probe_metrics
+    from perfcheck.measures import CompileMetrics
+    from perfcheck.schema import ProbeResult, probe_metrics
 
     first = CompileMetrics(
         backend="eager", graph_count=1, graph_break_count=0, recompile_count=0, cold_compile_s=1

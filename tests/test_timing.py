@@ -18,8 +18,9 @@ import pytest
 from conftest import SESSION_CPUS, ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
+from perfcheck.measures import TimingMetrics
 from perfcheck.runner.timing import shared_cpu
-from perfcheck.schema import Review, TimingMetrics
+from perfcheck.schema import Review
 
 HEAVY = """\
 import re

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from perfcheck.core.timing_gate import decide, headline_metric, held_open, metric, sequential
-from perfcheck.schema import DeviceStep, TimingChange, TimingProcess
+from perfcheck.measures import DeviceStep, TimingChange, TimingProcess
 from perfcheck.settings import BudgetsConfig, TimingConfig
 
 SIDES = ("base", "head")

@@ -11,7 +11,8 @@ from typing import Any, Literal
 
 from perfcheck.core import matrix
 from perfcheck.core.render import COMMENT_LIMIT, headline
-from perfcheck.schema import Finding, Review, Verdict
+from perfcheck.measures import Verdict
+from perfcheck.schema import Finding, Review
 from perfcheck.settings import GitHubConfig
 
 SUMMARY_LIMIT = 65535  # output.summary and output.text

@@ -21,7 +21,8 @@ from perfcheck.core import markdown
 from perfcheck.core.matrix import Entry
 from perfcheck.core.render import COMMENT_LIMIT, render_comment
 from perfcheck.core.reports import render_check_summary
-from perfcheck.schema import Review, Verdict
+from perfcheck.measures import Verdict
+from perfcheck.schema import Review
 from perfcheck.settings import GitHubConfig
 
 STATE_PREFIX = "<!-- perfcheck:state"

@@ -22,7 +22,8 @@ from perfcheck.core.probes.profile import TraceMetrics
 from perfcheck.core.timing_gate import throughput_figures
 from perfcheck.core.trace.diff import diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import ProbeResult, Review, TimingMetrics, probe_metrics
+from perfcheck.measures import TimingMetrics
+from perfcheck.schema import ProbeResult, Review, probe_metrics
 from perfcheck.sweep_schema import SweepReport
 
 M = TypeVar("M", bound=BaseModel)

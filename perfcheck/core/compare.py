@@ -15,15 +15,8 @@ from perfcheck.core import probes
 from perfcheck.core.explain import explain
 from perfcheck.core.matrix import known
 from perfcheck.core.probes.kind import ProbeKind
-from perfcheck.schema import (
-    CompileLatencyChange,
-    Finding,
-    ProbeResult,
-    Severity,
-    TimingChange,
-    Verdict,
-    WorkloadReview,
-)
+from perfcheck.measures import CompileLatencyChange, Severity, TimingChange, Verdict
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 
 
 @dataclass(frozen=True)

@@ -14,14 +14,14 @@ from statistics import median
 from typing import Literal
 
 from perfcheck.core.stats import budget_verdict, process_ratio, ratio_fields, t_quantile, worth_warning
-from perfcheck.schema import (
-    COMPILE_STAGES,
+from perfcheck.measures import (
     CompileLatency,
     CompileLatencyChange,
     CompileMeasure,
     CompileSample,
     StageLatency,
 )
+from perfcheck.schema import COMPILE_STAGES
 from perfcheck.settings import BudgetsConfig, TimingConfig
 
 

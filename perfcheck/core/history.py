@@ -16,15 +16,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from perfcheck.core.timing_gate import peak_memory, side_figure
-from perfcheck.schema import (
-    CompileMetrics,
-    Finding,
-    ProbeResult,
-    Review,
-    TimingMetrics,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.measures import CompileMetrics, TimingMetrics
+from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview, probe_metrics
 
 
 class HistoryError(RuntimeError):

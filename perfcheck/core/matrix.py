@@ -22,7 +22,8 @@ from jinja2 import ChainableUndefined, Template, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, Severity, categories, probe_metrics
+from perfcheck.measures import Severity
+from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories, probe_metrics
 from perfcheck.settings import MatrixEntry, whole_phrases
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's

@@ -12,13 +12,8 @@ from perfcheck.core.bisect import markdown as bisect_markdown
 from perfcheck.core.charts import mermaid_step_chart
 from perfcheck.core.matrix import Entry, details, resolve, title, where_of
 from perfcheck.core.probes.kind import Row
-from perfcheck.schema import (
-    Environment,
-    ProbeResult,
-    Review,
-    ReviewCosts,
-    WorkloadReview,
-)
+from perfcheck.measures import Environment
+from perfcheck.schema import ProbeResult, Review, ReviewCosts, WorkloadReview
 
 MARKER = "<!-- perfcheck:review -->"
 COMMENT_LIMIT = 65536  # GitHub's limit on an issue comment body

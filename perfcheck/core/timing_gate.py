@@ -21,7 +21,7 @@ from statistics import median
 
 from perfcheck.core.deltas import interval
 from perfcheck.core.stats import budget_verdict, geometric_mean, process_ratio, ratio_fields, worth_warning
-from perfcheck.schema import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
+from perfcheck.measures import MetricChange, TimingChange, TimingMetric, TimingMetrics, TimingProcess
 from perfcheck.settings import BudgetsConfig, TimingConfig
 
 # The GPU busy for at least this share of the wall-clock step: the host keeps ahead of it, and the

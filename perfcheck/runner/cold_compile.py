@@ -25,10 +25,10 @@ from typing import Any
 import torch
 import torch._dynamo
 
+from perfcheck.measures import CompileSample
 from perfcheck.runner import step as steps
 from perfcheck.runner.callgrind import Counter
 from perfcheck.runner.probes.base import Workload
-from perfcheck.schema import CompileSample
 from perfcheck.spec import ProbeSpec
 
 # torch's compile events (dynamo_timed phases) and the stage each one opens; the innermost open

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfcheck.core.trace.intervals import covered, merge
-from perfcheck.schema import DeviceStep
+from perfcheck.measures import DeviceStep
 
 # Kineto's categories of GPU-side activity (CPU-side runtime calls are "cuda_runtime").
 _KERNEL, _MEMCPY, _MEMSET = "kernel", "gpu_memcpy", "gpu_memset"

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from functools import cache
 
-from perfcheck.schema import Environment
+from perfcheck.measures import Environment
 
 
 def _cpu_model() -> str | None:

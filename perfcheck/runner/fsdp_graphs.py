@@ -20,9 +20,9 @@ from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
 from perfcheck.core.probes.fsdp import (
     GraphGroup,
 )
+from perfcheck.measures import SourceLocation
 from perfcheck.runner.ddp_worker import Recorder, gather_lines
 from perfcheck.runner.locate import innermost_user_frame, to_location
-from perfcheck.schema import SourceLocation
 
 _STACK_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 

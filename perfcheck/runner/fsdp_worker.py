@@ -46,6 +46,7 @@ from perfcheck.core.probes.fsdp import (
     shared,
     unit_name,
 )
+from perfcheck.measures import SourceLocation
 from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import comm_overlap_pct
@@ -61,7 +62,7 @@ from perfcheck.runner.locate import innermost_user_frame, relative_path, to_loca
 from perfcheck.runner.peak_memory import peak_rss_mb
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.runner.process_end import run_and_end
-from perfcheck.schema import SourceLocation, load_model
+from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

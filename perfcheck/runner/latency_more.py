@@ -22,8 +22,9 @@ from statistics import median
 
 from perfcheck.config import Config
 from perfcheck.core import compile_latency
+from perfcheck.measures import CompileLatency, CompileLatencyChange, CompileMetrics, Side
 from perfcheck.runner.latency_runs import samples_of
-from perfcheck.schema import CompileLatency, CompileLatencyChange, CompileMetrics, ProbeResult, Side
+from perfcheck.schema import ProbeResult
 from perfcheck.settings import COMPILE_RUNS_MAX
 
 ROUND = 3  # counted compiles a side per round: a process's warm-up is paid once for them

@@ -8,20 +8,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
+from perfcheck.measures import CompileLatency, CompileMetrics, Side, TimingMetrics
 from perfcheck.runner import latency_runs
 from perfcheck.runner.review_run import ReviewRun
 from perfcheck.runner.sides import (
     SHARED_CACHE_ENV,
 )
 from perfcheck.runner.timing import PendingLatency
-from perfcheck.schema import (
-    CompileLatency,
-    CompileMetrics,
-    ProbeResult,
-    Side,
-    TimingMetrics,
-    probe_metrics,
-)
+from perfcheck.schema import ProbeResult, probe_metrics
 from perfcheck.settings import WorkloadConfig
 
 

@@ -22,8 +22,9 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from perfcheck.measures import CompileLatency, CompileMeasure, CompileSample, Side
 from perfcheck.runner import callgrind
-from perfcheck.schema import CompileLatency, CompileMeasure, CompileSample, ProbeResult, Side
+from perfcheck.schema import ProbeResult
 from perfcheck.settings import CompileConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
 

@@ -8,7 +8,7 @@ import traceback
 from collections.abc import Iterable
 from pathlib import Path
 
-from perfcheck.schema import SourceLocation
+from perfcheck.measures import SourceLocation
 
 
 def relative_path(filename: str, tree: Path) -> str | None:

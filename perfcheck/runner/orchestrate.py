@@ -19,6 +19,7 @@ from typing import Any
 from perfcheck.config import planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
+from perfcheck.measures import CompileLatency, CompileMetrics, Side, TimingMetrics
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs, reaper
 from perfcheck.runner.budget import Budget, Step, latency_estimate_s, lightest_last, prior, timing_estimate_s
@@ -46,15 +47,7 @@ from perfcheck.runner.sides import (
     side_caches,
 )
 from perfcheck.runner.timing import PendingLatency, latency_batch_pairs, run_paired, take_latency
-from perfcheck.schema import (
-    CompileLatency,
-    CompileMetrics,
-    ProbeResult,
-    Side,
-    TimingMetrics,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
 from perfcheck.stopping import STOPS

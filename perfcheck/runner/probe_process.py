@@ -18,16 +18,12 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from perfcheck.core import probes
+from perfcheck.measures import ProbeStatus
 from perfcheck.runner import channel, forkserver, reaper, sandbox
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.runner.sides import TRACE_ENV, probe_env, sandboxed_walls, side_walls
-from perfcheck.schema import (
-    ContractError,
-    ProbeResult,
-    ProbeStatus,
-    load_model,
-)
+from perfcheck.schema import ContractError, ProbeResult, load_model
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import ProbeSpec, Walls, side_files
 

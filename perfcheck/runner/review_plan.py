@@ -11,9 +11,7 @@ from perfcheck.core import probes
 from perfcheck.runner import latency_runs
 from perfcheck.runner.budget import prior
 from perfcheck.runner.review_run import ReviewRun
-from perfcheck.schema import (
-    ProbeResult,
-)
+from perfcheck.schema import ProbeResult
 from perfcheck.settings import WorkloadConfig
 
 

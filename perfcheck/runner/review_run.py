@@ -10,9 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfcheck.config import Config
-from perfcheck.schema import (
-    Side,
-)
+from perfcheck.measures import Side
 from perfcheck.settings import WorkloadConfig
 
 if TYPE_CHECKING:

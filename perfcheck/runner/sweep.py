@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfcheck.core.pareto import pareto_front
+from perfcheck.measures import Environment
 from perfcheck.progress import Progress
 from perfcheck.runner import reaper
 from perfcheck.runner.probe_process import log_tail, run_module, signal_name
 from perfcheck.runner.sides import probe_env
-from perfcheck.schema import ContractError, Environment, load_model
+from perfcheck.schema import ContractError, load_model
 from perfcheck.settings import SweepConfig, WorkloadConfig
 from perfcheck.sweep_schema import (
     DEFAULT_MODE,

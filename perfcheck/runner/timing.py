@@ -26,6 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from perfcheck.core.timing_gate import decide, held_open, sequential
+from perfcheck.measures import CompileLatency, CompileSample, Environment, Plant, TimingMetrics
 from perfcheck.runner import forkserver
 from perfcheck.runner.device_metrics import pooled
 from perfcheck.runner.review_run import SideSetup
@@ -39,14 +40,7 @@ from perfcheck.runner.timing_process import (
     _blaming,
     steps_per_round,
 )
-from perfcheck.schema import (
-    CompileLatency,
-    CompileSample,
-    Environment,
-    Plant,
-    ProbeResult,
-    TimingMetrics,
-)
+from perfcheck.schema import ProbeResult
 from perfcheck.settings import BudgetsConfig, TimingConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
 

@@ -21,14 +21,10 @@ from statistics import median
 from typing import IO, Any
 
 from perfcheck.core.stats import fast_mean
+from perfcheck.measures import CompileSample, DeviceStep, TimingProcess
 from perfcheck.runner import channel, forkserver, reaper
 from perfcheck.runner.probe_process import REAP_WAIT_S, behind_walls, log_tail
 from perfcheck.runner.sides import probe_env, sandboxed_walls
-from perfcheck.schema import (
-    CompileSample,
-    DeviceStep,
-    TimingProcess,
-)
 from perfcheck.spec import ProbeSpec
 
 LATENCY_COMPILE_THREADS = 4

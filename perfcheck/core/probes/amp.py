@@ -15,15 +15,8 @@ from pydantic import Field
 
 from perfcheck.core.markdown import Compound, Figure
 from perfcheck.core.probes.kind import Cell, Compared, ProbeKind, Row, entries_beside, settled, status_cell
-from perfcheck.schema import (
-    Finding,
-    GraphBreak,
-    ProbeResult,
-    SourceLocation,
-    Strict,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.measures import GraphBreak, SourceLocation, Strict
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import SettingsView
 
 

@@ -22,17 +22,8 @@ from perfcheck.core.probes.kind import (
     status_cell,
     status_or,
 )
-from perfcheck.schema import (
-    CompileLatencyChange,
-    CompileMetrics,
-    Finding,
-    GraphBreak,
-    ProbeResult,
-    Recompile,
-    SourceLocation,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.measures import CompileLatencyChange, CompileMetrics, GraphBreak, Recompile, SourceLocation
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import COMPILE_RUNS_MAX, SettingsView
 
 

@@ -20,14 +20,8 @@ from perfcheck.core.probes.kind import (
     settled,
     status_cell,
 )
-from perfcheck.schema import (
-    Finding,
-    ProbeResult,
-    SourceLocation,
-    Strict,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.measures import SourceLocation, Strict
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import SettingsView
 
 # opcheck raising before any of its checks ran (e.g. it refused the op) has no check name.

@@ -19,7 +19,8 @@ from perfcheck.core.probes.kind import (
     settled,
     status_cell,
 )
-from perfcheck.schema import Finding, GraphBreak, ProbeResult, Strict, WorkloadReview, probe_metrics
+from perfcheck.measures import GraphBreak, Strict
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import SettingsView
 
 

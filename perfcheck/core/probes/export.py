@@ -19,7 +19,8 @@ from perfcheck.core.probes.kind import (
     settled,
     status_or,
 )
-from perfcheck.schema import Finding, ProbeResult, SourceLocation, Strict, WorkloadReview, probe_metrics
+from perfcheck.measures import SourceLocation, Strict
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import SettingsView
 
 MAX_DIFF_LINES = 120

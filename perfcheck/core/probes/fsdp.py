@@ -32,7 +32,8 @@ from perfcheck.core.probes.kind import (
     settled,
     status_cell,
 )
-from perfcheck.schema import Finding, GraphBreak, ProbeResult, SourceLocation, WorkloadReview
+from perfcheck.measures import GraphBreak, SourceLocation
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 from perfcheck.settings import SettingsView
 
 Variant = Literal["eager", "compiled_layers", "compiled_model"]

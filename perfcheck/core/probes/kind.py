@@ -38,7 +38,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel, ValidationError
 
 from perfcheck.core.markdown import Compound, Figure
-from perfcheck.schema import CompileLatencyChange, Finding, ProbeResult, TimingChange, WorkloadReview
+from perfcheck.measures import CompileLatencyChange, TimingChange
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 
 if TYPE_CHECKING:  # the config imports plugins, which import this: no import back at run time
     from perfcheck.settings import SettingsView, WorkloadConfig

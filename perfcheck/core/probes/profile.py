@@ -17,7 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
-from perfcheck.schema import Finding, ProbeResult, Strict, probe_metrics
+from perfcheck.measures import Strict
+from perfcheck.schema import Finding, ProbeResult, probe_metrics
 from perfcheck.settings import SettingsView
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a

@@ -30,17 +30,8 @@ from perfcheck.core.timing_gate import (
     side_figure,
     throughput_figures,
 )
-from perfcheck.schema import (
-    DeviceStep,
-    Environment,
-    Finding,
-    MetricChange,
-    ProbeResult,
-    TimingChange,
-    TimingMetrics,
-    WorkloadReview,
-    probe_metrics,
-)
+from perfcheck.measures import DeviceStep, Environment, MetricChange, TimingChange, TimingMetrics
+from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import SettingsView
 
 # What must match before two timings are comparable. Software versions may differ on purpose

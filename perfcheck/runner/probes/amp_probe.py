@@ -30,11 +30,11 @@ from torch._dynamo.backends.common import aot_autograd
 
 from perfcheck.core.probes.amp import AmpMetrics, AmpOp
 from perfcheck.core.probes.profile import ProfileSettings
+from perfcheck.measures import GraphBreak, SourceLocation
 from perfcheck.runner import step as steps
 from perfcheck.runner.locate import innermost_user_frame, to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.probes.compile_probe import graph_breaks_of
-from perfcheck.schema import GraphBreak, SourceLocation
 from perfcheck.spec import ProbeSpec
 
 # Ops whose cost is a GEMM or a convolution: the ones autocast exists to run in low precision.

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from perfcheck.measures import CompileLatency
 from perfcheck.runner.callgrind import Counter
 from perfcheck.runner.cold_compile import cold_compile
 from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.schema import CompileLatency
 from perfcheck.spec import ProbeSpec
 
 

@@ -24,13 +24,13 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters, guard_failures
 
+from perfcheck.measures import CompileLatency, CompileMetrics, GraphBreak, Recompile, SourceLocation
 from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
 from perfcheck.runner.break_log import LoggedBreak
 from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
 from perfcheck.runner.locate import innermost_user_frame, to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.schema import CompileLatency, CompileMetrics, GraphBreak, Recompile, SourceLocation
 from perfcheck.spec import ProbeSpec
 
 _GUARD_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")

@@ -19,10 +19,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map
 
 from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, CustomOpsSettings, is_custom
+from perfcheck.measures import SourceLocation
 from perfcheck.runner import step as steps
 from perfcheck.runner.locate import to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload
-from perfcheck.schema import SourceLocation
 from perfcheck.spec import ProbeSpec
 
 MESSAGE_LIMIT = 2000
