@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from perfcheck.config import Config
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.kind import (
     Column,
@@ -18,6 +17,7 @@ from perfcheck.core.probes.kind import (
     status_or,
 )
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview
+from perfcheck.settings import SettingsView
 
 
 class ToySettings(BaseModel):
@@ -38,7 +38,7 @@ def _metrics(r: ProbeResult | None) -> ToyMetrics | None:
     return got if isinstance(got, ToyMetrics) else None
 
 
-def compare(workload: str, base: ProbeResult, head: ProbeResult, config: Config) -> Compared:
+def compare(workload: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     settings = PROBE.settings_of(config)
     assert isinstance(settings, ToySettings)
     b, h = _metrics(base), _metrics(head)
