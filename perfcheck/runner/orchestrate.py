@@ -22,6 +22,7 @@ from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.measures import CompileLatency, CompileMetrics, Side, TimingMetrics
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs, reaper
+from perfcheck.runner import timing as paired_timing
 from perfcheck.runner.budget import Budget, Step, latency_estimate_s, lightest_last, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.latency_results import (
@@ -46,7 +47,7 @@ from perfcheck.runner.sides import (
     copy_base_for_head,
     side_caches,
 )
-from perfcheck.runner.timing import PendingLatency, latency_batch_pairs, run_paired, take_latency
+from perfcheck.runner.timing import PendingLatency, run_paired, take_latency
 from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
@@ -531,14 +532,15 @@ class _Review:
         latency_pairs = self._latency_pairs(wl, collected, expected)
         # Its samples wait where one batch of compiles has room for them: for the next workload's
         # set-up, or failing that for other workloads' samples.
-        defer = 0 < latency_pairs <= latency_batch_pairs()
+        # (through the module: how many pairs one batch of compiles takes, looked up where used)
+        defer = 0 < latency_pairs <= paired_timing.latency_batch_pairs()
         owed = sum(len(p.pairs) for p in self.pending)
         # Earlier workloads' samples are made while this one's first look sets up where the machine
         # has a core for each of those processes (the samples' and the set-up's): the set-up is
         # host work that times nothing, and both sides of each sample pair see it alike. Else they
         # wait on for this workload's, while one batch has room for all, or are made now.
-        beside = owed > 0 and owed + run.config.timing.processes <= latency_batch_pairs()
-        if not beside and defer and owed + latency_pairs > latency_batch_pairs():
+        beside = owed > 0 and owed + run.config.timing.processes <= paired_timing.latency_batch_pairs()
+        if not beside and defer and owed + latency_pairs > paired_timing.latency_batch_pairs():
             collected = self._take_pending(collected)
         taken: list[list[ProbeResult]] = []  # what the samples made beside the set-up joined
 
