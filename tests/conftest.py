@@ -38,6 +38,48 @@ def pytest_configure(config: pytest.Config) -> None:
         _keep_to_one_core(str(workerinput["workerid"]), int(workerinput["workercount"]))
 
 
+# The fixtures whose tests run real reviews: a test that asks for one is in the end-to-end lane.
+E2E_FIXTURES = frozenset({"review", "fork_servers"})
+# What a fast-lane test may not start: an interpreter (torch's import alone is seconds), perfcheck,
+# torchrun, valgrind, or a shell script (the action's scripts start perfcheck in turn).
+_E2E_PROGRAMS = ("python", "perfcheck", "torchrun", "valgrind", "bash", "sh")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+def starts_a_slow_process(args: object) -> bool:
+    """Whether a Popen's ``args`` start one of ``_E2E_PROGRAMS`` (git, actionlint and the like are
+    quick and stay allowed in the fast lane)."""
+    if isinstance(args, (str, bytes, os.PathLike)):
+        words = os.fsdecode(args).split()  # a shell line or a lone program
+    else:
+        words = [os.fsdecode(a) for a in list(args)[:1]]  # type: ignore[call-overload]
+    program = os.path.basename(words[0]) if words else ""
+    return program.startswith(_E2E_PROGRAMS) or program == os.path.basename(sys.executable)
+
+
+@pytest.fixture(autouse=True)
+def _fast_lane_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test not marked e2e that starts python, perfcheck, torchrun, valgrind or a script fails at
+    once, naming the mark it lacks: the fast lane stays fast because it cannot grow a slow test."""
+    if request.node.get_closest_marker("e2e") is not None:
+        return
+    popen_init = subprocess.Popen.__init__
+
+    def guarded(self: subprocess.Popen[bytes], args: object, *rest: object, **kwargs: object) -> None:
+        if starts_a_slow_process(args):
+            raise AssertionError(
+                f"{request.node.nodeid} starts {args!r}: mark it @pytest.mark.e2e (the end-to-end lane)"
+            )
+        popen_init(self, args, *rest, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", guarded)
+
+
 def _keep_to_one_core(worker: str, workers: int) -> None:
     """Under pytest-xdist with no more workers than cores, each worker and everything it starts
     keeps to a core of its own. The tests that read time (the timing gate's pairs, a profiled step,

@@ -48,6 +48,7 @@ def history(repo: Path) -> dict[str, str]:
     return shas
 
 
+@pytest.mark.e2e
 def test_each_finding_bisects_to_its_own_commit_and_the_unimportable_one_is_skipped(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     shas = history(repo)
@@ -101,6 +102,7 @@ def test_each_finding_bisects_to_its_own_commit_and_the_unimportable_one_is_skip
     assert git(repo, "status", "--porcelain") == "" and git(repo, "rev-parse", "HEAD") == shas["bad"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("good", "bad", "expected"),
     [
@@ -177,6 +179,7 @@ def test_the_section_escapes_what_the_commits_say() -> None:
     assert json.loads(doc.model_dump_json())["schema_version"] == 1
 
 
+@pytest.mark.e2e
 def test_a_folder_that_is_no_repository_or_an_unknown_probe_is_refused_first(tmp_path: Path) -> None:
     plain = tmp_path / "plain"
     plain.mkdir()
@@ -205,6 +208,7 @@ def test_a_folder_that_is_no_repository_or_an_unknown_probe_is_refused_first(tmp
     assert not out.exists()  # no tree was written out
 
 
+@pytest.mark.e2e
 def test_the_probe_job_bisects_from_the_merge_base_and_says_what_the_base_branch_brought(
     tmp_path: Path,
 ) -> None:
@@ -349,6 +353,7 @@ def test_the_report_keeps_only_what_it_found_itself_from_one_range() -> None:
 
 
 # It reads time: under xdist its worker has a core of its own (conftest).
+@pytest.mark.e2e
 def test_a_slowdown_bisects_with_the_gates_paired_runs(tmp_path: Path) -> None:
     """--timing: each step of the search is the timing gate's paired runs of good against that
     commit, so a commit that triples the step's work is found like a graph break is."""

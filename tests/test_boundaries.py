@@ -91,6 +91,7 @@ def test_every_module_has_one_path() -> None:
         assert not list((ROOT / name).rglob("*.py")), name
 
 
+@pytest.mark.e2e
 def test_every_torch_free_module_imports_on_its_own() -> None:
     # A tool, a plugin or a test may import any module first: no import cycle may depend on which
     # module the process happened to import before. Each child is forked from an interpreter that

@@ -176,6 +176,7 @@ FLOWS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("workflow", FLOWS)
 def test_the_example_workflows_review_and_publish_a_pull_request(
     github: FakeGitHub, tmp_path: Path, workflow: str
@@ -257,6 +258,7 @@ def _command(github: FakeGitHub, body: str, login: str, number: int) -> dict[str
     return ev
 
 
+@pytest.mark.e2e
 def test_a_fork_waits_refuses_an_outsider_and_runs_for_a_writer(github: FakeGitHub, tmp_path: Path) -> None:
     runner = Runner(github, tmp_path)
     fork_head = "f" * 40
@@ -329,6 +331,7 @@ def _pull_commits(repo: Path, base: str, head: str) -> list[PullCommit]:
     return commits
 
 
+@pytest.mark.e2e
 def test_a_failing_pull_request_of_several_commits_names_the_commit_in_the_comment(
     fake_github: FakeGitHub, tmp_path: Path
 ) -> None:

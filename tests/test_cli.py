@@ -46,6 +46,7 @@ def test_subcommands_are_all_listed() -> None:
     assert sorted(listed) == sorted(SUBCOMMANDS)
 
 
+@pytest.mark.e2e
 def test_schema_prints_the_result_json_schema() -> None:
     done = perfcheck("schema")
     assert done.returncode == 0
@@ -54,6 +55,7 @@ def test_schema_prints_the_result_json_schema() -> None:
     assert "schema_version" in schema["properties"]
 
 
+@pytest.mark.e2e
 def test_missing_tree_is_bad_input(tmp_path: Path) -> None:
     done = perfcheck(
         "review",
@@ -69,6 +71,7 @@ def test_missing_tree_is_bad_input(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.e2e
 def test_bad_config_names_file_key_and_expectation(tmp_path: Path) -> None:
     tree = model_tree(tmp_path / "tree")
     (tree / "perfcheck.yml").write_text(
@@ -81,6 +84,7 @@ def test_bad_config_names_file_key_and_expectation(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.e2e
 def test_unknown_workload_name_is_bad_input(tmp_path: Path) -> None:
     done = perfcheck(
         "review",
@@ -97,6 +101,7 @@ def test_unknown_workload_name_is_bad_input(tmp_path: Path) -> None:
     assert "unknown workload" in done.stderr and "classifier" in done.stderr
 
 
+@pytest.mark.e2e
 def test_review_exit_code_and_outputs(tmp_path: Path) -> None:
     tree = write_tree(
         model_tree(tmp_path / "tree"),
@@ -120,6 +125,7 @@ def test_review_exit_code_and_outputs(tmp_path: Path) -> None:
     assert rendered.returncode == 0 and rendered.stdout == done.stdout
 
 
+@pytest.mark.e2e
 def test_render_rejects_a_result_that_does_not_validate(tmp_path: Path) -> None:
     bad = tmp_path / "result.json"
     bad.write_text(json.dumps({"schema_version": 2, "verdict": "maybe"}))
@@ -131,6 +137,7 @@ def test_render_rejects_a_result_that_does_not_validate(tmp_path: Path) -> None:
 WEBHOOKS = Path(__file__).parent / "data" / "webhooks"
 
 
+@pytest.mark.e2e
 def test_plan_prints_json_and_writes_step_outputs(tmp_path: Path) -> None:
     import os
 
@@ -163,6 +170,7 @@ def test_plan_prints_json_and_writes_step_outputs(tmp_path: Path) -> None:
     assert "run<<perfcheck_" in written and f"\n{payload['pull_request']['head']['sha']}\n" in written
 
 
+@pytest.mark.e2e
 def test_plan_refuses_a_broken_payload(tmp_path: Path) -> None:
     event = tmp_path / "event.json"
     event.write_text('{"action": "opened"}')
@@ -199,6 +207,7 @@ def _commands_the_runner_obeys(log: str) -> list[str]:
     return obeyed
 
 
+@pytest.mark.e2e
 def test_probe_text_never_becomes_a_workflow_command(tmp_path: Path) -> None:
     # What PR code could put in a break reason, which the review quotes verbatim in a code block.
     review = json.loads((Path(__file__).parent / "data" / "demo-result.json").read_text())
@@ -243,6 +252,7 @@ def test_a_missing_or_unrunnable_interpreter_is_bad_input_before_any_probe(
         assert not (out / "probes").exists()
 
 
+@pytest.mark.e2e
 def test_a_reader_that_stops_early_gets_no_traceback() -> None:
     """`perfcheck schema | head`: the pipe closes under the writer, which stops quietly."""
     proc = subprocess.Popen(

@@ -435,6 +435,7 @@ def test_without_timing_the_compile_probe_makes_the_cold_compiles(
     assert result.verdict == "pass"
 
 
+@pytest.mark.e2e
 def test_callgrind_asked_for_without_valgrind_is_bad_input(tmp_path: Path) -> None:
     base = model_tree(tmp_path / "base")
     (tmp_path / "perfcheck.yml").write_text(
@@ -510,6 +511,7 @@ def test_an_undecided_wall_clock_takes_rounds_of_pairs_until_it_decides_within_t
     assert latency_more.more_pairs(_compiled(base, base), config, lambda: 600.0, launch) is None
 
 
+@pytest.mark.e2e
 @pytest.mark.inductor
 def test_with_defaults_on_a_busy_cpu_a_head_8_layers_deeper_gets_a_compile_latency_finding(
     tmp_path: Path,

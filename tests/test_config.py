@@ -105,6 +105,7 @@ def test_paths_take_gitignore_lines_with_negation_classes_and_folders() -> None:
     assert parse_config(f"paths: {json.dumps(paths)}", "perfcheck.yml").paths == paths
 
 
+@pytest.mark.e2e
 def test_a_bad_pattern_in_paths_exits_2_naming_file_key_and_expectation(tmp_path: Path) -> None:
     """Through the real command: `plan` reads the config before it decides anything."""
     (tmp_path / "perfcheck.yml").write_text("paths:\n  - torch/\n  - '!'\n")

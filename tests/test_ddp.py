@@ -196,6 +196,7 @@ def users_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in (SHARED_CACHE_ENV, sandbox.DISABLE_ENV)}
 
 
+@pytest.mark.e2e
 @pytest.mark.inductor
 def test_with_defaults_in_the_sandbox_ranks_that_compile_different_graphs_fail_the_review(
     tmp_path: Path,

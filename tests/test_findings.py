@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import ReviewFn, fast_config, model_tree, write_tree
 
 from perfcheck.core.matrix import resolve, where_of
@@ -435,6 +436,7 @@ GOLDEN = Path(__file__).parent / "golden" / "demo-comment.md"
 REPRODUCES = {"compile": "New graph break", "export": "Exported IR changed", "timing": "Slower steps"}
 
 
+@pytest.mark.e2e
 def test_the_golden_comments_verify_commands_run_as_printed(tmp_path: Path) -> None:
     import os
     import re

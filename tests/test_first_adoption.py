@@ -91,6 +91,7 @@ def probed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
     return base, head, out / "probes.json"
 
 
+@pytest.mark.e2e
 def test_a_workload_that_rewrites_the_prs_config_is_judged_by_the_committed_one(
     probed: tuple[Path, Path, Path], tmp_path: Path
 ) -> None:
@@ -109,6 +110,7 @@ def test_a_workload_that_rewrites_the_prs_config_is_judged_by_the_committed_one(
     assert "as committed" in top and "no more loosely than perfcheck's defaults" in top
 
 
+@pytest.mark.e2e
 def test_a_first_adoption_in_a_plain_tree_is_read_before_any_probe_runs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,6 +134,7 @@ Path(__file__).with_name("imported-by-the-trusted-job").write_text("ran")
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("extra", "key"),
     [

@@ -59,6 +59,7 @@ def _trees(tmp_path: Path, head_config: str | None) -> tuple[Path, Path]:
     return base, write_tree(tmp_path / "head", head_files)
 
 
+@pytest.mark.e2e
 def test_the_first_pr_adding_a_config_is_reviewed_with_it_and_says_so(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, FIRST_CONFIG)
     out = tmp_path / "out"
@@ -76,6 +77,7 @@ def test_the_first_pr_adding_a_config_is_reviewed_with_it_and_says_so(tmp_path: 
     assert gb["workload"] == "net" and gb["location"]["path"] == "model.py"
 
 
+@pytest.mark.e2e
 def test_the_split_workflow_reports_on_the_config_its_probe_job_followed(tmp_path: Path) -> None:
     # The report job runs on base's checkout, which has no perfcheck.yml: it must judge the
     # workloads the probe job measured, not the built-in ones, and say where the settings came from.
@@ -93,6 +95,7 @@ def test_the_split_workflow_reports_on_the_config_its_probe_job_followed(tmp_pat
     assert json.loads((out / "result.json").read_text())["config_origin"] == "head"
 
 
+@pytest.mark.e2e
 def test_no_config_anywhere_says_at_the_top_that_only_the_built_in_workload_ran(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, None)
     out = tmp_path / "out"
@@ -104,6 +107,7 @@ def test_no_config_anywhere_says_at_the_top_that_only_the_built_in_workload_ran(
     assert "No perfcheck.yml" in top and "runs none of this repository's code" in top
 
 
+@pytest.mark.e2e
 def test_an_empty_config_is_bad_input_before_any_probe(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, None)
     for text in ("", "# workloads: to do\n"):
@@ -117,6 +121,7 @@ def test_an_empty_config_is_bad_input_before_any_probe(tmp_path: Path) -> None:
 # -- bad setup is caught before any probe runs, exit 2, named in one line --------------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("entry", "said"),
     [
@@ -144,6 +149,7 @@ def _interpreter(tmp_path: Path, body: str) -> Path:
     return script
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("body", "said"),
     [
@@ -176,6 +182,7 @@ def test_an_interpreter_that_cannot_run_the_probes_is_bad_input(tmp_path: Path, 
         assert done.returncode == 2 and f"{flag} {bad}: no such executable file" in done.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(torch_sees_cuda(), reason="this machine has a GPU")
 def test_cuda_without_a_gpu_is_bad_input(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, FIRST_CONFIG)
@@ -192,6 +199,7 @@ def test_cuda_without_a_gpu_is_bad_input(tmp_path: Path) -> None:
 # -- config mistakes: the file, the key, what was expected; never a class name --------------------
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("text", "said"),
     [
@@ -215,6 +223,7 @@ def test_a_config_mistake_names_file_key_and_expectation(tmp_path: Path, text: s
     assert "Config" not in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.e2e
 def test_empty_names_do_not_mean_everything(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, FIRST_CONFIG)
     for flag in ("--probes", "--workloads"):
@@ -224,6 +233,7 @@ def test_empty_names_do_not_mean_everything(tmp_path: Path) -> None:
         assert done.returncode == 2 and f"argument {flag}: expected comma-separated names" in done.stderr
 
 
+@pytest.mark.e2e
 def test_a_truncated_result_names_where_it_ends(tmp_path: Path) -> None:
     cut = tmp_path / "result.json"
     cut.write_text('{"schema_version": 2, "tool_version": "0.1.0", "verdict": "pa')
@@ -262,6 +272,7 @@ def test_review_help_names_every_probe_the_defaults_and_the_report_it_writes() -
     assert "report.html" in text
 
 
+@pytest.mark.e2e
 def test_html_out_is_a_folder_as_everywhere_else_and_the_database_is_db(tmp_path: Path) -> None:
     result = Path(__file__).parent / "data" / "demo-result.json"
     done = perfcheck("html", str(result), "--out", str(tmp_path))
@@ -298,6 +309,7 @@ def build(device):
 """
 
 
+@pytest.mark.e2e
 def test_keyword_inputs_and_second_inputs_reach_every_probe(tmp_path: Path) -> None:
     base = write_tree(
         tmp_path / "base",
@@ -348,6 +360,7 @@ def build(device):
 """
 
 
+@pytest.mark.e2e
 def test_a_src_layout_package_and_a_workload_file_outside_the_repository(tmp_path: Path) -> None:
     def repo(root: Path, change: str) -> Path:
         return write_tree(
@@ -391,6 +404,7 @@ def test_a_src_layout_package_and_a_workload_file_outside_the_repository(tmp_pat
     assert gb["location"]["path"] == "src/tinypkg/model.py" and gb["location"]["line"] == 12
 
 
+@pytest.mark.e2e
 def test_a_build_that_raises_on_both_sides_is_bad_input_and_on_head_only_a_finding(tmp_path: Path) -> None:
     raising = BREAK_FREE.replace("    torch.manual_seed(0)\n", '    raise RuntimeError("no weights here")\n')
     config = "workloads:\n  - {name: net, entry: model.py:build}\ncompile: {backend: aot_eager}\n"

@@ -101,6 +101,7 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
     assert all(r["own_session"] and r["main"] == "perfcheck.runner.worker" for r in fresh)
 
 
+@pytest.mark.e2e
 def test_a_probe_that_kills_its_fork_server_is_a_crash_and_the_other_probes_still_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,6 +131,7 @@ def test_a_server_that_cannot_start_means_fresh_processes(tmp_path: Path) -> Non
     assert [p.name for p in tmp_path.iterdir()] == ["forkserver-0.log"]  # tried once, not per probe
 
 
+@pytest.mark.e2e
 def test_one_server_serves_environments_that_differ_only_where_imports_do_not_read(tmp_path: Path) -> None:
     logs, result = tmp_path / "child.log", tmp_path / "result"
     env = dict(os.environ)

@@ -433,6 +433,7 @@ def _cli(args: list[str], github: FakeGitHub, tmp_path: Path, **env: str) -> sub
     )
 
 
+@pytest.mark.e2e
 def test_plan_then_publish_from_a_real_payload(github: FakeGitHub, tmp_path: Path) -> None:
     event = tmp_path / "event.json"
     event.write_text(json.dumps(example("pull_request", 0)))  # `opened`, PR #2, unchanged
@@ -465,6 +466,7 @@ def test_plan_then_publish_from_a_real_payload(github: FakeGitHub, tmp_path: Pat
     assert "New graph break" in (tmp_path / "summary.md").read_text()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("revision", ["d" * 40, "", "e", None, "not-a-sha"])
 def test_publish_refuses_a_result_for_another_commit(
     github: FakeGitHub, tmp_path: Path, revision: str | None
@@ -478,6 +480,7 @@ def test_publish_refuses_a_result_for_another_commit(
     assert github.check_runs(REPO, HEAD) == [] and github.comments(REPO, 2) == []
 
 
+@pytest.mark.e2e
 def test_publish_keeps_the_review_when_github_is_down(github: FakeGitHub, tmp_path: Path) -> None:
     (tmp_path / "result.json").write_text(demo_result_at(HEAD))
     github.inject("GET", r".*", "502", times=100)
@@ -491,6 +494,7 @@ def test_publish_keeps_the_review_when_github_is_down(github: FakeGitHub, tmp_pa
     assert "New graph break" in done.stdout and "New graph break" in (tmp_path / "summary.md").read_text()
 
 
+@pytest.mark.e2e
 def test_publish_checks_a_claimed_pr_against_the_api(github: FakeGitHub, tmp_path: Path) -> None:
     (tmp_path / "result.json").write_text(demo_result_at(HEAD))
     github.add_pull(REPO, 5, head_sha="e" * 40, base_sha=BASE, files=["x.py"])
@@ -538,6 +542,7 @@ def _bisected_result(span_middle: Commit) -> str:
     return review.model_copy(update={"bisect": doc}).model_dump_json()
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("blamed", "shown"),
     [

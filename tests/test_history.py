@@ -437,6 +437,7 @@ def test_a_locked_history_store_is_a_message_and_the_review_is_kept(
     assert load_review(tmp_path / "out" / "result.json").verdict == "fail"  # the review is not lost
 
 
+@pytest.mark.e2e
 def test_control_characters_in_recorded_names_are_shown_not_sent_to_the_terminal(
     tmp_path: Path, demo: Review
 ) -> None:
@@ -460,6 +461,7 @@ def test_control_characters_in_recorded_names_are_shown_not_sent_to_the_terminal
         assert "o/r␛[31m" in done.stdout
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("stored", [-1, -2, -5, -(2**31), LATEST + 1])
 def test_a_store_at_a_version_perfcheck_never_wrote_is_a_message_and_left_alone(
     tmp_path: Path, stored: int

@@ -60,6 +60,7 @@ def _started(tmp_path: Path, base: Path, head: Path, out: Path, *more: str) -> s
     )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("sig", "code", "name"), [(signal.SIGINT, 130, "Ctrl-C"), (signal.SIGTERM, 143, "SIGTERM")]
 )
@@ -90,6 +91,7 @@ def test_a_stopped_review_ends_every_process_and_writes_no_result(
     assert not (out / "result.json").exists() and not list(out.glob(".*.part"))
 
 
+@pytest.mark.e2e
 def test_a_review_stopped_after_some_probes_writes_what_they_measured_as_inconclusive(tmp_path: Path) -> None:
     """A job's time limit (SIGTERM) after base's compile probe finished and while head's runs:
     the review of what was measured is written, inconclusive, saying it was stopped and what is

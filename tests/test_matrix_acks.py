@@ -182,6 +182,7 @@ def _reviews(section: str) -> list[list[str]]:
 KINDS = [(kind.name, category) for kind in probes.built_in() for category in kind.raised()]
 
 
+@pytest.mark.e2e
 def test_every_category_is_raised_by_a_probe_that_says_so() -> None:
     assert {c for _, c in KINDS} == set(categories())
 
@@ -293,6 +294,7 @@ def test_acked_findings_render_with_who_when_and_why() -> None:
     assert "1 acknowledged" in comment.splitlines()[1]
 
 
+@pytest.mark.e2e
 def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_path: Path) -> None:
     from test_github import HEAD, REPO, TOKEN, _cli, demo_result_at
 
@@ -321,6 +323,7 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
     assert json.loads((DATA / "demo-result.json").read_text())["verdict"] == "fail"  # the file is untouched
 
 
+@pytest.mark.e2e
 def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitHub, tmp_path: Path) -> None:
     from test_github import HEAD, REPO, TOKEN, _cli, demo_result_at
 

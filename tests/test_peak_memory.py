@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 READ = (
     "import resource\n"
     "from perfcheck.runner.peak_memory import peak_rss_mb\n"
@@ -12,6 +14,7 @@ READ = (
 )
 
 
+@pytest.mark.e2e
 def test_a_worker_started_by_a_large_process_reads_its_own_peak() -> None:
     held = bytearray(300 * 2**20)
     held[:: 2**12] = b"\x01" * len(held[:: 2**12])  # touched: resident, in this process's RSS

@@ -157,6 +157,7 @@ def test_a_pattern_without_a_slash_matches_at_depth_where_the_old_matcher_did_no
     assert "torch/_inductor/lowering.py" in matching_files(FILES, ["*.py"])
 
 
+@pytest.mark.e2e
 def test_pathspec_is_imported_by_the_match_not_by_the_modules() -> None:
     """perfcheck.config and the planner load without pathspec; a config that sets `paths` imports
     it to check them (so every side that reads such a config needs it installed, as it is)."""

@@ -67,6 +67,7 @@ def _trees(tmp_path: Path, base_width: int, head_width: int, limit: float) -> tu
     return base, head
 
 
+@pytest.mark.e2e
 def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, 32, 48, limit=10)
     out = tmp_path / "out"
@@ -116,6 +117,7 @@ def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: 
     assert "plugins:" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
+@pytest.mark.e2e
 def test_a_plugin_probes_settings_decide_and_the_review_passes_within_them(tmp_path: Path) -> None:
     base, head = _trees(tmp_path, 32, 48, limit=60)
     out = tmp_path / "out"
@@ -141,6 +143,7 @@ probes.register(toyplugin.probe.PROBE, built_in=True)
 BUILT_IN_CONFIG = CONFIG.removeprefix("plugins: [toyplugin.probe]\n")  # no plugins: a built-in's
 
 
+@pytest.mark.e2e
 def test_a_probe_in_the_built_in_shape_is_its_own_files_and_one_registry_line(tmp_path: Path) -> None:
     trees = {}
     for side, width in (("base", 32), ("head", 48)):
@@ -190,6 +193,7 @@ def test_a_probe_in_the_built_in_shape_is_its_own_files_and_one_registry_line(tm
     assert "toy.max_grwth_pct: unknown key (did you mean `max_growth_pct`?)" in refused.stderr
 
 
+@pytest.mark.e2e
 def test_a_probe_in_the_built_in_shape_is_bisected_to_the_commit_that_raised_its_finding(
     tmp_path: Path,
 ) -> None:
@@ -221,6 +225,7 @@ def test_a_probe_in_the_built_in_shape_is_bisected_to_the_commit_that_raised_its
     assert "widen the hidden layer" in (out / "bisect.md").read_text()
 
 
+@pytest.mark.e2e
 def test_a_probe_in_the_built_in_shape_explains_a_slower_step_in_the_same_review(tmp_path: Path) -> None:
     """explain reads the probe's category as a cause (its entry's `role` and `because`): the
     timing gate's slower step on a model 64 times as wide names the parameter growth."""
@@ -404,6 +409,7 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
     assert not bisect.bisectable(finding("probe_crashed")) and not bisect.measured(finding("probe_crashed"))
 
 
+@pytest.mark.e2e
 def test_the_cli_refuses_a_bad_plugin_before_any_probe_runs(tmp_path: Path) -> None:
     base = write_tree(
         tmp_path / "base", {"model.py": MODEL.format(width=8), "perfcheck.yml": "plugins: [nope_x]\n"}

@@ -11,6 +11,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from perfcheck.core.matrix import known, merged, resolve, where_of
 from perfcheck.measures import SourceLocation
 from perfcheck.schema import Finding, Review, SideInfo
@@ -37,6 +39,7 @@ def stub_path(root: Path) -> str:
     return f"{folder}{os.pathsep}/usr/bin{os.pathsep}/bin"
 
 
+@pytest.mark.e2e
 def test_no_printed_command_executes_a_hostile_value(tmp_path: Path) -> None:
     markers = tmp_path / "markers"
     markers.mkdir()

@@ -377,6 +377,7 @@ def test_html_command_refuses_bad_input(tmp_path: Path, capsys: pytest.CaptureFi
 CONTROLS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")  # none of them may be in HTML text
 
 
+@pytest.mark.e2e
 def test_control_characters_in_recorded_names_are_shown_in_html(tmp_path: Path) -> None:
     """Issue 29: kernel names of a profile and a workload name recorded in the history store, each
     with terminal escapes, as `perfcheck html --history` (the real command) draws them."""

@@ -74,6 +74,7 @@ def _interpreter() -> list[str]:
     return [str(p) for p in interpreter_folders(sys.executable)]
 
 
+@pytest.mark.e2e
 @needs_sandbox
 def test_heads_copy_of_bases_cache_is_where_bases_is_and_base_keeps_its_own(tmp_path: Path) -> None:
     """Cache entries name the folder they were compiled in (Triton's groups, a kernel's autotuning
@@ -107,6 +108,7 @@ open({str(cache / "new.py")!r}, "w").write("head's")
     assert (copy / "kernel.best_config").read_text() == "head's" and (copy / "new.py").exists()
 
 
+@pytest.mark.e2e
 @needs_sandbox
 def test_a_sandboxed_process_sees_its_own_tree_and_writes_only_its_own_folders(tmp_path: Path) -> None:
     """The launcher around a fresh process, as the orchestrator starts one: the own tree readable,
@@ -166,6 +168,7 @@ def test_actions_refuses_a_review_without_a_sandbox_or_with_one_shared_cache() -
     assert preflight.sandboxed(actions, lambda: None) == (True, None)
 
 
+@pytest.mark.e2e
 @needs_sandbox
 def test_an_import_path_the_sandbox_hides_is_refused_before_any_probe_and_pythonpath_is_shown(
     tmp_path: Path,
@@ -235,6 +238,7 @@ def test_merging_base_cache_into_heads_never_writes_through_a_link_head_planted(
     assert (head / "inductor" / "ab" / "kernel.py").read_text() == "base's kernel"
 
 
+@pytest.mark.e2e
 @needs_sandbox
 def test_no_socket_folder_sysctl_or_supplementary_group_of_the_machine_reaches_a_sandbox(
     tmp_path: Path,
@@ -373,6 +377,7 @@ def test_a_socket_its_supplementary_group_owns_outside_run_cannot_be_reached(
     assert not _reaches(path, become, walls)
 
 
+@pytest.mark.e2e
 @needs_sandbox
 def test_a_sandbox_shows_only_the_devices_a_probe_uses(tmp_path: Path) -> None:
     # Issue 45: PR code opened /dev/kmsg for writing and opened /dev/kvm (a device on a read-only

@@ -92,6 +92,7 @@ def test_json_schema_covers_the_finding_vocabulary() -> None:
     assert Review.model_validate(MINIMAL).schema_version == SCHEMA_VERSION
 
 
+@pytest.mark.e2e
 def test_bot_side_imports_without_torch() -> None:
     # A None entry in sys.modules makes any `import torch` fail loudly.
     code = (

@@ -68,6 +68,7 @@ def test_merge_refuses_missing_repeated_or_foreign_shards() -> None:
         merge_shards([ok[0], _run(1, 2, names, ["a"])])  # c was dropped
 
 
+@pytest.mark.e2e
 def test_two_runners_probe_their_shares_and_the_report_merges_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -96,6 +97,7 @@ def test_two_runners_probe_their_shares_and_the_report_merges_them(
     assert "shard(s) 2/2 missing" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_report_refuses_results_that_lack_or_add_a_probe(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

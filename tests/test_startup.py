@@ -70,6 +70,7 @@ def heavy(modules: set[str]) -> list[str]:
     return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "argv",
     [
@@ -96,6 +97,7 @@ def test_the_fast_commands_import_nothing_heavy(argv: list[str]) -> None:
         assert not {m for m in modules if m.endswith("_cli")}
 
 
+@pytest.mark.e2e
 def test_the_import_check_sees_a_heavy_command() -> None:
     """The check above can fail: the schema command does load pydantic (its whole purpose)."""
     done, modules = imported("schema", "trace-summary")
@@ -103,6 +105,7 @@ def test_the_import_check_sees_a_heavy_command() -> None:
     assert "pydantic" in heavy(modules) and "perfcheck.schema" in modules
 
 
+@pytest.mark.e2e
 def test_a_trace_error_is_still_bad_input_on_the_fast_path(tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text("not json")
@@ -111,6 +114,7 @@ def test_a_trace_error_is_still_bad_input_on_the_fast_path(tmp_path: Path) -> No
     assert heavy(modules) == []
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [c for c in COMMANDS if c != "trace"])
 def test_every_other_command_knows_every_probes_finding_categories(command: str) -> None:
     """The fsdp probe's categories exist once the probe registry is loaded: each command but trace
@@ -126,6 +130,7 @@ def test_every_other_command_knows_every_probes_finding_categories(command: str)
     assert {"graph_reuse_lost", "dtensor_layout_changed", "fsdp_overlap_drop"} <= set(done.stdout.split())
 
 
+@pytest.mark.e2e
 def test_the_schema_of_a_result_lists_every_probes_categories() -> None:
     done, _ = imported("schema", "result")
     assert done.returncode == 0, done.stderr[-2000:]

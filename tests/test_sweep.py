@@ -291,6 +291,7 @@ def test_a_sweep_reports_progress_per_point(aot_sweep: Ran) -> None:
     assert "2 ok, 2 skipped" in aot_sweep.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.inductor
 def test_a_point_torch_compile_rejects_fails_and_the_others_still_run(tmp_path: Path) -> None:
     tree = model_tree(tmp_path / "tree")
@@ -306,6 +307,7 @@ def test_a_point_torch_compile_rejects_fails_and_the_others_still_run(tmp_path: 
     assert exit_code(report) == EXIT_SOME_FAILED
 
 
+@pytest.mark.e2e
 def test_a_point_past_its_time_limit_is_killed_and_reported(tmp_path: Path) -> None:
     tree = model_tree(tmp_path / "tree")
     spec = PointSpec(
@@ -322,6 +324,7 @@ def test_a_point_past_its_time_limit_is_killed_and_reported(tmp_path: Path) -> N
     assert environment is None
 
 
+@pytest.mark.e2e
 def test_a_point_whose_process_dies_is_a_crash(tmp_path: Path) -> None:
     tree = write_tree(
         tmp_path / "tree",

@@ -395,6 +395,7 @@ NOT_TRACES = [
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("content", "complaint"), NOT_TRACES)
 def test_json_that_is_not_a_trace_is_refused_saying_what_a_trace_is(
     tmp_path: Path, content: str, complaint: str
@@ -416,6 +417,7 @@ def test_json_that_is_not_a_trace_is_refused_saying_what_a_trace_is(
         )
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("events", "complaint"),
     [
@@ -447,6 +449,7 @@ def test_a_step_number_that_is_a_digit_but_no_decimal_is_no_step_number(tmp_path
     assert summarize(path, steps="all").analysed == (0, 7)
 
 
+@pytest.mark.e2e
 def test_the_smallest_traces_torch_writes_are_read(tmp_path: Path) -> None:
     """What torch's profiler writes for nothing at all, for CPU ops without steps, and torch's
     EventList export (a bare array of events): traces, each read."""
@@ -780,6 +783,7 @@ def test_a_value_bigger_than_the_window_and_metadata_before_the_events(tmp_path:
     assert summarize(path).comm_overlap_pct == pytest.approx(100 * 20 / 30)
 
 
+@pytest.mark.e2e
 def test_core_trace_imports_no_torch() -> None:
     import subprocess
     import sys
@@ -797,6 +801,7 @@ def test_core_trace_imports_no_torch() -> None:
 HOSTILE_NAME = "aten::mm\x1b[2J\x1b]0;pwned\x07\x9b31m\x9d\x00\x7f\r\nforged  cpu_op  1  999.0"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "argv",
     [
@@ -824,6 +829,7 @@ def test_control_characters_in_names_are_shown_not_sent_to_the_terminal(
     assert not [ln for ln in done.stdout.splitlines() if ln.startswith("forged")]  # no row of its own
 
 
+@pytest.mark.e2e
 def test_json_output_keeps_names_exact(tmp_path: Path) -> None:
     """--json is data for scripts: the name as the trace gave it, control characters escaped by JSON."""
     path = write_trace(tmp_path / "hostile.json", [*CPU_EVENTS, op(HOSTILE_NAME, "cpu_op", 85, 4)])
@@ -837,6 +843,7 @@ DEEP_OBJECT = '{"a":' * 100_000 + "1" + "}" * 100_000
 EVENT = '{"ph":"X","cat":"cpu_op","name":"aten::mm","pid":1,"tid":1,"ts":1,"dur":2'
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     "content",
     [

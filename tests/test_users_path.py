@@ -68,6 +68,7 @@ PROBES = ["timing", "compile", "export", "amp", "custom_ops", "profile", "fsdp"]
 CONFIG = f"workloads:\n  - {{name: net, entry: model.py:build, amp: bf16, probes: [{', '.join(PROBES)}]}}\n"
 
 
+@pytest.mark.e2e
 @pytest.mark.inductor
 @pytest.mark.skipif(sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}")
 def test_every_probe_runs_on_both_sides_in_the_sandbox_with_the_default_caches(tmp_path: Path) -> None:

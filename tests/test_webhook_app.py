@@ -242,6 +242,7 @@ def test_idle_and_slow_connections_do_not_stop_signed_deliveries(served: Any) ->
     assert len(github.dispatches(REPO)) == 10
 
 
+@pytest.mark.e2e
 def test_serve_says_at_start_up_that_a_flood_beyond_its_bounds_is_a_reverse_proxys_job(
     tmp_path: Path,
 ) -> None:

@@ -15,6 +15,7 @@ import torch
 from perfcheck.runner import dynamo_stats
 
 
+@pytest.mark.e2e
 def test_an_eager_timing_worker_does_not_import_dynamo() -> None:
     probe = (
         "import sys, perfcheck.runner.timing_worker\n"
@@ -47,6 +48,7 @@ run_and_end(main)
 """
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(
     ("body", "code", "stderr"),
     [
@@ -101,6 +103,7 @@ stop.set()
 """
 
 
+@pytest.mark.e2e
 def test_a_compile_after_the_rounds_has_every_core_in_every_thread() -> None:
     # A timing worker pins all its threads to one core for its rounds; its cache-cold compile then
     # wants all of them, in the thread that compiles a training step's backward too.

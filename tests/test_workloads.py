@@ -47,6 +47,7 @@ def test_registry_is_consistent() -> None:
         assert module_name.startswith("perfcheck.runner.workloads.") and attr.isidentifier()
 
 
+@pytest.mark.e2e
 def test_registry_import_is_torch_free() -> None:
     code = "import sys, perfcheck.runner.workloads; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
