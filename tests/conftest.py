@@ -143,6 +143,12 @@ def model_tree(root: Path, change: str = "pass") -> Path:
 
 
 def fast_config(extra: str = "", timeout: float = 300) -> Config:
+    """The tests' config: aot_eager, and compile latency off unless ``extra`` says how to measure it
+    (``  measure: wall``): its cache-cold compiles, three a side, are most of a small review's
+    time, and they have tests of their own (test_compile_latency.py, test_users_path.py). ``extra``
+    goes on inside the ``compile:`` section, so it may add to it or start sections of its own."""
+    if "measure:" not in extra:
+        extra = "  measure: 'off'\n" + extra
     return parse_config(FAST_CONFIG.format(extra=extra, timeout=timeout), "test-config.yml")
 
 

@@ -266,7 +266,7 @@ def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples
 
     told = latency_runs.Choice("callgrind", estimate_s=1.0, limit_s=2.0)
     monkeypatch.setattr(latency_runs, "choose", lambda *a, **k: told)
-    config = fast_config("  runs: 2\n")  # measure: auto, the default
+    config = fast_config("  measure: auto\n  runs: 2\n")  # auto, the default
     result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=probes)
     change = result.workloads[0].compile_latency
     assert change is not None and change.measure == "wall" and change.pairs >= 2

@@ -66,6 +66,9 @@ VOLATILE_ENV = frozenset({"PYTEST_CURRENT_TEST"})
 NVML_CHECK = {"PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
 MAX_SERVERS = 4  # idle ones beyond this are ended, oldest first, when another is needed
 DISABLE_ENV = "PERFCHECK_FORKSERVER"  # "0": every probe process starts fresh
+# The server's argument for children that compile with no Inductor (aot_eager, eager, export):
+# it then skips Inductor's first compile, about 2 s with its warm-up cache and 17 s without.
+NO_INDUCTOR = "--no-inductor"
 READY_TIMEOUT_S = 300.0  # importing torch on a loaded machine; past this, probes start fresh
 REPLY_TIMEOUT_S = 60.0
 MAX_MESSAGE = 1 << 20
@@ -180,7 +183,7 @@ class ForkServers:
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self._servers: dict[tuple[str, tuple[tuple[str, str], ...]], _Server | None] = {}
+        self._servers: dict[tuple[str, bool, tuple[tuple[str, str], ...]], _Server | None] = {}
         self._lock = threading.Lock()
         self._started = 0
 
@@ -208,18 +211,20 @@ class ForkServers:
         log_fd: int,
         result_fd: int,
         walls: Walls | None = None,
+        inductor: bool = True,
     ) -> Child | None:
         """A child running ``python -m module *args``, behind ``walls`` where given (the child
-        enters them before anything of the module runs); None: start it fresh."""
+        enters them before anything of the module runs); None: start it fresh. ``inductor``: the
+        child may compile with Inductor (its server warms Inductor up; one that need not, does not)."""
         if not enabled():
             return None
         reaper.check_stopping()
         differ = LAZY_ENV | VOLATILE_ENV
-        key = (python, tuple(sorted((k, v) for k, v in env.items() if k not in differ)))
+        key = (python, inductor, tuple(sorted((k, v) for k, v in env.items() if k not in differ)))
         with self._lock:  # one start per key, even with probes asking from several threads
             if key not in self._servers:
                 self._end_idle(keep=MAX_SERVERS - 1)
-                self._servers[key] = self._start(python, env, self._started)
+                self._servers[key] = self._start(python, env, self._started, inductor)
                 self._started += 1
             server = self._servers[key]
         if server is None:
@@ -234,12 +239,18 @@ class ForkServers:
             server.close()
         return child
 
-    def _start(self, python: str, env: Mapping[str, str], n: int) -> _Server | None:
+    def _start(self, python: str, env: Mapping[str, str], n: int, inductor: bool) -> _Server | None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             with (self.workdir / f"forkserver-{n}.log").open("wb") as log, reaper.spawning() as started:
                 proc = subprocess.Popen(
-                    [python, "-m", "perfcheck.runner.forkserver", str(theirs.fileno())],
+                    [
+                        python,
+                        "-m",
+                        "perfcheck.runner.forkserver",
+                        str(theirs.fileno()),
+                        *([] if inductor else [NO_INDUCTOR]),
+                    ],
                     cwd=self.workdir,
                     env={**{k: v for k, v in env.items() if k not in LAZY_ENV}, **NVML_CHECK},
                     stdin=subprocess.DEVNULL,
@@ -429,11 +440,15 @@ def _run(job: _Job) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or not args[0].isdigit():
-        print("usage: python -m perfcheck.runner.forkserver FD (a SOCK_SEQPACKET socket)", file=sys.stderr)
+    if len(args) not in (1, 2) or not args[0].isdigit() or args[1:] not in ([], [NO_INDUCTOR]):
+        print(
+            f"usage: python -m perfcheck.runner.forkserver FD [{NO_INDUCTOR}] (FD: a SOCK_SEQPACKET socket; "
+            f"{NO_INDUCTOR}: its children compile with no Inductor, so it makes no first compile)",
+            file=sys.stderr,
+        )
         return 2
     control = socket.socket(fileno=int(args[0]))
-    refusal = preimport()
+    refusal = preimport(inductor=NO_INDUCTOR not in args)
     if refusal is not None:
         print(f"perfcheck fork server: not serving: {refusal}", file=sys.stderr)
         return 1

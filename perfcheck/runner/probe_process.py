@@ -99,18 +99,20 @@ def run_module(
     forks: ForkServers | None = None,
     walls: Walls | None = None,
     deadline: float | None = None,
+    inductor: bool = True,
 ) -> Ended:
     """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
     fork server of ``forks`` where one serves (perfcheck/runner/forkserver.py), else a fresh process. When it
     ends, at its time limit or by itself, its process group is killed and every orphan it left is
     reaped (perfcheck/runner/reaper.py); only then is its result channel read. With ``walls``, it runs in
     that sandbox (perfcheck/runner/sandbox.py), forked or fresh. ``deadline`` (monotonic): its time
-    limit ends there at the latest, however long a fork server took to start before it."""
+    limit ends there at the latest, however long a fork server took to start before it.
+    ``inductor``: it may compile with Inductor (a server for it warms Inductor up)."""
     with log_path.open("wb") as log, channel.open_channel() as result:
         child = None
         if forks is not None and not prefix:
             args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
-            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno(), walls)
+            child = forks.fork(python, module, args, cwd, env, log.fileno(), result.fileno(), walls, inductor)
         if child is not None:
             return _ended_child(child, _until(timeout_s, deadline), result)
         argv = [*prefix, python, "-m", module, str(spec_path), channel.argument(result)]
@@ -212,6 +214,7 @@ def run_probe(
             forks,
             walls,
             deadline,
+            inductor=spec.compile.backend == "inductor",
         )
     code = ended.code
     if ended.lost is not None:

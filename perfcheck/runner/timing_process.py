@@ -79,7 +79,15 @@ class TimingWorker:
                 args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
                 module = "perfcheck.runner.timing_worker"
                 self.child = forks.fork(
-                    python, module, args, spec.tree, env, log.fileno(), theirs.fileno(), walls
+                    python,
+                    module,
+                    args,
+                    spec.tree,
+                    env,
+                    log.fileno(),
+                    theirs.fileno(),
+                    walls,
+                    spec.compile.backend == "inductor",
                 )
             if self.child is None:
                 with reaper.spawning() as spawned:
