@@ -23,8 +23,9 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.measures import Severity
-from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories
+from perfcheck.schema import Finding, Review
 from perfcheck.settings import MatrixEntry, whole_phrases
+from perfcheck.vocabulary import SHARED_CATEGORIES, categories
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
 # evidence, rendered as plain text (every report escapes what it shows).
