@@ -48,6 +48,15 @@ def probe_names() -> tuple[str, ...]:
     return probes.names()
 
 
+def finding_categories() -> tuple[str, ...]:
+    """Every finding category known now (perfcheck/vocabulary.py), the built-in probes' included:
+    the registry registers theirs as it loads."""
+    from perfcheck.core import probes  # noqa: F401 (the built-in probes register theirs as it loads)
+    from perfcheck.vocabulary import categories
+
+    return categories()
+
+
 def default_probes() -> tuple[str, ...]:
     """What runs when neither --probes nor a workload's `probes` says: the single-process checks.
     The others cost more (several processes, a profile pass) and are asked for by name."""
@@ -129,20 +138,16 @@ class Config(Section):
     @field_validator("matrix")
     @classmethod
     def _categories(cls, v: dict[str, MatrixEntry]) -> dict[str, MatrixEntry]:
-        from perfcheck.schema import categories
-
         for category in v:
-            if category not in categories():
+            if category not in finding_categories():
                 raise ValueError(f"finding categories as keys; {category!r} is not one{_closest(category)}")
         return v
 
     @field_validator("acks")
     @classmethod
     def _ack_categories(cls, v: list[AckEntry]) -> list[AckEntry]:
-        from perfcheck.schema import categories
-
         for ack in v:
-            if ack.category not in categories():
+            if ack.category not in finding_categories():
                 raise ValueError(f"finding categories; {ack.category!r} is not one{_closest(ack.category)}")
         return v
 
@@ -244,9 +249,7 @@ def _expectation(e: Any) -> str:
 
 def _closest(category: str) -> str:
     """' (did you mean `recompile`?)' for a misspelt finding category, else ''."""
-    from perfcheck.schema import categories
-
-    close = difflib.get_close_matches(category, list(categories()), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(category, list(finding_categories()), n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""
 
 

@@ -4,8 +4,10 @@ This module must never import torch: the trusted bot side reads these documents 
 data and validates them strictly. Bump ``SCHEMA_VERSION`` on any incompatible change. A probe's
 metrics model lives in its descriptor (perfcheck/core/probes/<probe>.py), built on ``Strict``;
 its results hold them under ``ProbeResult.metrics``, checked against it as they are read. The
-compile and timing probes' models stay here: their parts (CompileLatency, Plant) are the
-worker's spec's and the timing gate's too, which import no descriptor.
+finding categories and the metrics models are read from perfcheck/vocabulary.py, which the
+registry fills: the descriptors are built of this module's types, so it imports none of them. The
+compile and timing probes' models are in perfcheck/measures.py: their parts (CompileLatency,
+Plant) are the worker's spec's and the timing gate's too, which import no descriptor.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from perfcheck.measures import (
     TimingChange,
     Verdict,
 )
+from perfcheck.vocabulary import categories, metrics_model, metrics_models
 
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
 # 3: a probe's metrics are under ProbeResult.metrics, in its descriptor's metrics model, for every
@@ -44,42 +47,7 @@ SCHEMA_VERSION: Final = 3
 # The trace documents (`perfcheck trace ... --json`) did not change with version 3: they keep 2.
 TRACE_SCHEMA_VERSION: Final = 2
 
-# The categories more than one probe raises, whose entries are perfcheck/core/matrix.yml's: a
-# probe's process that crashed or hung (perfcheck/core/compare.py, for any probe) and what the
-# distributed probes share (their variants that raised, too). Every other category is its
-# probe's own, registered with the probe (perfcheck/core/probes); a finding's category is
-# checked against them all.
-SHARED_CATEGORIES = (
-    "probe_crashed",
-    "probe_timeout",
-    "rank_graph_mismatch",
-    "collective_drift",
-    "variant_failed",
-)
-_REGISTERED: list[str] = []
-
 M = TypeVar("M", bound=BaseModel)
-
-
-def register_categories(names: list[str]) -> None:
-    """A probe's own finding categories (perfcheck/core/probes registers them with the probe)."""
-    for name in names:
-        if name not in SHARED_CATEGORIES and name not in _REGISTERED:
-            _REGISTERED.append(name)
-
-
-def categories() -> tuple[str, ...]:
-    """Every finding category known now: the shared ones, the built-in probes' and the plugins'."""
-    from perfcheck.core import probes  # noqa: F401 (the built-in probes register theirs as it loads)
-
-    return (*SHARED_CATEGORIES, *_REGISTERED)
-
-
-def builtin_categories() -> tuple[str, ...]:
-    """The shared categories and perfcheck's own probes', not a plugin's."""
-    from perfcheck.core import probes
-
-    return (*SHARED_CATEGORIES, *(c for k in probes.built_in() for c in k.categories))
 
 
 # The stages of a compile, as torch itself splits its time (and the callgrind count follows):
@@ -143,14 +111,6 @@ def _first_problem(err: ValidationError) -> str:
     where = ".".join(str(p) for p in first["loc"]) or "(top level)"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
     return f"metrics.{where}: {first['msg']}{more}"
-
-
-def metrics_model(probe: str) -> type[BaseModel] | None:
-    """The metrics model of a registered probe; None for one not registered (yet) or without one."""
-    from perfcheck.core import probes
-
-    kind = probes.get(probe)
-    return kind.metrics if kind is not None else None
 
 
 def probe_metrics(result: ProbeResult | None, model: type[M]) -> M | None:
@@ -531,15 +491,11 @@ def _metrics_by_probe(defs: dict[str, Any]) -> list[dict[str, Any]]:
     """For each registered probe with a metrics model: a result of that probe holds its metrics in
     that model. Their definitions are added to ``defs``; one named like another definition of the
     document, and not the same, takes the probe's name in front."""
-    from perfcheck.core import probes
-
     out = []
-    for kind in probes.kinds():
-        if kind.metrics is None:
-            continue
-        top = kind.metrics.model_json_schema(ref_template="#/$defs/{model}")
-        own = {**top.pop("$defs", {}), kind.metrics.__name__: top}
-        names = {n: n if defs.get(n, d) == d else f"{kind.name}.{n}" for n, d in own.items()}
+    for probe, model in metrics_models().items():
+        top = model.model_json_schema(ref_template="#/$defs/{model}")
+        own = {**top.pop("$defs", {}), model.__name__: top}
+        names = {n: n if defs.get(n, d) == d else f"{probe}.{n}" for n, d in own.items()}
         text = json.dumps(own)
         for old, new in names.items():
             if old != new:
@@ -548,8 +504,8 @@ def _metrics_by_probe(defs: dict[str, Any]) -> list[dict[str, Any]]:
             defs[names[name]] = definition
         out.append(
             {
-                "if": {"properties": {"probe": {"const": kind.name}}, "required": ["probe"]},
-                "then": {"properties": {"metrics": {"$ref": f"#/$defs/{names[kind.metrics.__name__]}"}}},
+                "if": {"properties": {"probe": {"const": probe}}, "required": ["probe"]},
+                "then": {"properties": {"metrics": {"$ref": f"#/$defs/{names[model.__name__]}"}}},
             }
         )
     return out

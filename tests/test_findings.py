@@ -9,6 +9,7 @@ import pytest
 from conftest import ReviewFn, fast_config, model_tree, write_tree
 
 from perfcheck.core.matrix import resolve, where_of
+from perfcheck.core.probes.profile import trace_files
 from perfcheck.core.render import render_comment
 from perfcheck.measures import CompileMetrics
 from perfcheck.schema import Finding, Review
@@ -522,7 +523,7 @@ def test_a_crash_keeps_the_user_frames_and_names_its_cause(review: ReviewFn, tmp
     call_line = next(i for i, ln in enumerate(lines, 1) if ln.strip() == "shard('train-0')")
     assert f"model.py:{call_line} in build: shard('train-0')" in detail
     assert f"model.py:{raise_line} in shard: raise ValueError" in detail
-    entry = resolve(crashed, where=where_of(result))
+    entry = resolve(crashed, where=where_of(result, trace_files(result)))
     assert entry is not None and entry.cause.startswith("the workload's own code raised")
     log = tmp_path / "out" / "probes" / "head-net-export.log"
     assert "Traceback (most recent call last)" in log.read_text()  # the whole traceback, in the log

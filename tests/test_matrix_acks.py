@@ -17,7 +17,8 @@ from perfcheck.core import probes
 from perfcheck.core.matrix import MatrixError, known, merged, parse_matrix, register_probe_entries, resolve
 from perfcheck.core.render import render_comment
 from perfcheck.measures import SourceLocation
-from perfcheck.schema import Finding, builtin_categories, categories, load_review
+from perfcheck.schema import Finding, load_review
+from perfcheck.vocabulary import categories
 
 DATA = Path(__file__).parent / "data"
 
@@ -36,7 +37,7 @@ def finding(category: str, **evidence: object) -> Finding:
 
 def test_every_category_has_an_entry_with_a_verify_command() -> None:
     matrix = known()
-    assert set(matrix) >= set(builtin_categories())
+    assert set(matrix) >= set(probes.builtin_categories())
     assert all(e.verify and e.causes and e.symptom for e in matrix.values())
 
 
@@ -357,13 +358,13 @@ def test_acks_of_an_earlier_commit_do_not_cover_a_new_head(fake_github: FakeGitH
 def test_every_category_is_defined_once_with_title_details_and_entry() -> None:
     from perfcheck.core import probes
     from perfcheck.core.matrix import builtin, known
-    from perfcheck.schema import SHARED_CATEGORIES, builtin_categories
+    from perfcheck.vocabulary import SHARED_CATEGORIES
 
     # The shared categories' entries are perfcheck/core/matrix.yml's; each probe's own are its own, once.
     assert set(builtin()) == set(SHARED_CATEGORIES)
     own = [c for k in probes.built_in() for c in k.categories]
     assert len(own) == len(set(own)) and not set(own) & set(SHARED_CATEGORIES)
-    entries = {c: known()[c] for c in builtin_categories()}
+    entries = {c: known()[c] for c in probes.builtin_categories()}
     for category, entry in entries.items():
         assert entry.title and entry.symptom and entry.causes and entry.verify, category
         for d in entry.details:

@@ -254,12 +254,13 @@ def test_a_probe_in_the_built_in_shape_explains_a_slower_step_in_the_same_review
 def registries(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever a test registers in this process is gone after it: the other tests see the
     built-in probes and categories only."""
-    from perfcheck import schema
+    from perfcheck import vocabulary
     from perfcheck.core import matrix, probes
 
     monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
     monkeypatch.setattr(probes, "_BUILT_IN", list(probes._BUILT_IN))
-    monkeypatch.setattr(schema, "_REGISTERED", list(schema._REGISTERED))
+    monkeypatch.setattr(vocabulary, "_CATEGORIES", list(vocabulary._CATEGORIES))
+    monkeypatch.setattr(vocabulary, "_METRICS", dict(vocabulary._METRICS))
     matrix.known()  # the built-in probes' entries, validated before they are copied
     monkeypatch.setattr(matrix, "_PROBES_OWN", dict(matrix._PROBES_OWN))
     monkeypatch.syspath_prepend(str(TESTS))
@@ -336,7 +337,8 @@ def test_every_category_of_every_probe_says_what_it_is_to_bisect_and_explain() -
     from perfcheck.core import bisect, explain, probes
     from perfcheck.core.matrix import because, known
     from perfcheck.measures import SourceLocation
-    from perfcheck.schema import Finding, categories
+    from perfcheck.schema import Finding
+    from perfcheck.vocabulary import categories
 
     def finding(category: str, **evidence: object) -> Finding:
         where = SourceLocation(path="model.py", line=3)

@@ -71,7 +71,7 @@ def test_no_printed_command_executes_a_hostile_value(tmp_path: Path) -> None:
             location=SourceLocation(path=value, line=3),
             evidence={"side": "head", "stage": value, "error": value},
         )
-        resolved = resolve(finding, entries, where_of(review))
+        resolved = resolve(finding, entries, where_of(review, traces={}))
         if resolved is None:
             continue
         for command in resolved.verify:

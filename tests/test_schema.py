@@ -252,3 +252,21 @@ def test_the_json_schema_says_each_probes_metrics() -> None:
     doc["workloads"][0]["base"][2]["metrics"] = compiled
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(doc, schema)
+
+
+def test_a_lookup_before_the_built_in_probes_are_loaded_is_refused_not_answered_short() -> None:
+    # The contract reads the vocabulary the probe registry fills: a process that validates a
+    # document before loading the registry would otherwise check it against the shared categories
+    # alone, and leave every probe's metrics unchecked.
+    script = (
+        "from perfcheck.schema import Finding\n"
+        "try:\n"
+        "    Finding(category='probe_crashed', severity='error', workload='w', probe='p', message='m')\n"
+        "except RuntimeError as err:\n"
+        "    print(err)\n"
+        "import perfcheck.core.probes\n"
+        "Finding(category='graph_break_added', severity='error', workload='w', probe='p', message='m')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout == "the built-in probes are not loaded: import perfcheck.core.probes first\n"

@@ -120,7 +120,7 @@ def test_every_other_command_knows_every_probes_finding_categories(command: str)
     """The fsdp probe's categories exist once the probe registry is loaded: each command but trace
     loads it before it runs (a result with such a finding must validate in html, history, render)."""
     probe = (
-        "import sys; from perfcheck.cli import build_parser; from perfcheck.schema import categories; "
+        "import sys; from perfcheck.cli import build_parser; from perfcheck.vocabulary import categories; "
         "build_parser(sys.argv[1]); print(' '.join(categories()))"
     )
     done = subprocess.run(

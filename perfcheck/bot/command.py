@@ -11,8 +11,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from perfcheck.config import probe_names
-from perfcheck.schema import categories
+from perfcheck.config import finding_categories, probe_names
 
 PREFIX = "/perfcheck"
 # GitHub's repository roles, weakest first; a command needs its configured role or a stronger one.
@@ -134,8 +133,9 @@ def parse_command(body: str) -> Command | None:
         head, reason = rest[:split], " ".join(rest[split + 1 :]).strip()
         if not head or len(head) > 2:
             raise CommandError("`ack` takes a CATEGORY and optionally a WORKLOAD before `--`")
-        if head[0] not in categories():
-            raise CommandError(f"unknown category {head[0]!r}; categories: {', '.join(categories())}")
+        categories = finding_categories()
+        if head[0] not in categories:
+            raise CommandError(f"unknown category {head[0]!r}; categories: {', '.join(categories)}")
         if not reason:
             raise CommandError("`ack` needs a reason after `--`")
         return Command(

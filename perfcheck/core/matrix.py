@@ -23,8 +23,9 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.measures import Severity
-from perfcheck.schema import SHARED_CATEGORIES, Finding, Review, categories, probe_metrics
+from perfcheck.schema import Finding, Review
 from perfcheck.settings import MatrixEntry, whole_phrases
+from perfcheck.vocabulary import SHARED_CATEGORIES, categories
 
 # Labels and phrases of matrix entries: perfcheck's own or a project's templates over a finding's
 # evidence, rendered as plain text (every report escapes what it shows).
@@ -428,23 +429,15 @@ def _fill(command: str, finding: Finding, where: Where, latency: bool = False) -
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
 
 
-def where_of(review: Review) -> Where:
-    """The review's own trees, output folder and written traces."""
-    # Here, not at the top: the probes' registry validates its entries with this module, so an
-    # import of a probe's descriptor at load would make importing this module first a cycle.
-    from perfcheck.core.probes.profile import TraceMetrics
-
-    traces = {}
-    for wl in review.workloads:
-        b = next((t for r in wl.base if (t := probe_metrics(r, TraceMetrics))), None)
-        h = next((t for r in wl.head if (t := probe_metrics(r, TraceMetrics))), None)
-        if b is not None and h is not None and b.trace_file and h.trace_file:
-            traces[wl.name] = (b.trace_file, h.trace_file)
+def where_of(review: Review, traces: Mapping[str, tuple[str, str]]) -> Where:
+    """The review's own trees, output folder and options, with ``traces``: per workload, the
+    profile traces it wrote (base, head), which the caller reads from the profile probe's results
+    (perfcheck/core/probes/profile.py ``trace_files``; the matrix reads no probe's metrics)."""
     return Where(
         review.base.tree,
         review.head.tree,
         review.out_dir or "perfcheck-out",
-        traces,
+        dict(traces),
         review.program,
         tuple(review.rerun),
     )

@@ -12,6 +12,7 @@ from perfcheck.core.bisect import markdown as bisect_markdown
 from perfcheck.core.charts import mermaid_step_chart
 from perfcheck.core.matrix import Entry, details, resolve, title, where_of
 from perfcheck.core.probes.kind import Row
+from perfcheck.core.probes.profile import trace_files
 from perfcheck.measures import Environment
 from perfcheck.schema import ProbeResult, Review, ReviewCosts, WorkloadReview
 
@@ -133,7 +134,7 @@ def template_env(custom: Path | None) -> jinja2.Environment:
 
 def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> dict[str, Any]:
     """What every template of the review gets: verdict, names, tables, findings with their matrix entry."""
-    where = where_of(review)
+    where = where_of(review, trace_files(review))
     return {
         "review": review,
         "icon": _ICONS[review.verdict],

@@ -18,7 +18,7 @@ from perfcheck.core.probes.kind import Compared, ProbeKind, entries_beside
 from perfcheck.core.trace.diff import Change, diff_times
 from perfcheck.core.trace.names import short_name
 from perfcheck.measures import Strict
-from perfcheck.schema import Finding, ProbeResult, probe_metrics
+from perfcheck.schema import Finding, ProbeResult, Review, probe_metrics
 from perfcheck.settings import SettingsView
 
 # How many kernels a profile result lists at most (largest first). A list this long was cut, so a
@@ -164,6 +164,19 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Settin
             evidence=evidence,
         )
     ]
+
+
+def trace_files(review: Review) -> dict[str, tuple[str, str]]:
+    """Per workload, the Kineto traces the profile probe wrote (base, head; relative to the output
+    folder), where both sides wrote one: what the matrix's verify commands name
+    (perfcheck/core/matrix.py ``where_of``)."""
+    traces = {}
+    for wl in review.workloads:
+        b = next((t for r in wl.base if (t := probe_metrics(r, TraceMetrics))), None)
+        h = next((t for r in wl.head if (t := probe_metrics(r, TraceMetrics))), None)
+        if b is not None and h is not None and b.trace_file and h.trace_file:
+            traces[wl.name] = (b.trace_file, h.trace_file)
+    return traces
 
 
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
