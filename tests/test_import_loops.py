@@ -23,6 +23,9 @@ KNOWN_KNOT = {
     "perfcheck.core.probes.ddp",
     "perfcheck.core.probes.export",
     "perfcheck.core.probes.fsdp",
+    # fsdp.py's models and its layout comparison, split out of it: in the knot as fsdp.py was.
+    "perfcheck.core.probes.fsdp_layout",
+    "perfcheck.core.probes.fsdp_models",
     "perfcheck.core.probes.kind",
     "perfcheck.core.probes.profile",
     "perfcheck.core.probes.timing",
