@@ -21,7 +21,7 @@ from conftest import ReviewFn, write_tree
 
 from perfcheck.config import ConfigError, parse_config
 from perfcheck.core.matrix import resolve
-from perfcheck.core.probes.fsdp import FsdpSettings
+from perfcheck.core.probes.fsdp_models import FsdpSettings
 
 MODEL = """\
 import torch

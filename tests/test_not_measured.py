@@ -9,7 +9,7 @@ import pytest
 from perfcheck.config import Config
 from perfcheck.core import probes
 from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics
-from perfcheck.core.probes.fsdp import FsdpMetrics, FsdpVariant
+from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpVariant
 from perfcheck.core.render import render_comment
 from perfcheck.measures import ProbeStatus
 from perfcheck.review import assemble

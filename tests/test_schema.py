@@ -254,6 +254,7 @@ def test_the_json_schema_says_each_probes_metrics() -> None:
         jsonschema.validate(doc, schema)
 
 
+@pytest.mark.e2e
 def test_a_lookup_before_the_built_in_probes_are_loaded_is_refused_not_answered_short() -> None:
     # The contract reads the vocabulary the probe registry fills: a process that validates a
     # document before loading the registry would otherwise check it against the shared categories

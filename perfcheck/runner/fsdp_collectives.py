@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from perfcheck.core.probes.fsdp import (
+from perfcheck.core.probes.fsdp_models import (
     UnitCollective,
 )
 from perfcheck.runner import step as steps

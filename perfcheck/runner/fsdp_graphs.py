@@ -17,7 +17,7 @@ import torch
 from torch._dynamo.utils import guard_failures
 
 from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
-from perfcheck.core.probes.fsdp import (
+from perfcheck.core.probes.fsdp_models import (
     GraphGroup,
 )
 from perfcheck.measures import SourceLocation

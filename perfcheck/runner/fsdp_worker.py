@@ -36,7 +36,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
 from perfcheck.core.probes.ddp import RankGraphs
-from perfcheck.core.probes.fsdp import (
+from perfcheck.core.probes.fsdp_models import (
     FsdpMetrics,
     FsdpSettings,
     FsdpUnit,

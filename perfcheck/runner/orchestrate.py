@@ -11,7 +11,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -19,23 +19,17 @@ from typing import Any
 from perfcheck.config import planned_probes
 from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
-from perfcheck.measures import CompileLatency, CompileMetrics, Side, TimingMetrics
+from perfcheck.measures import CompileMetrics, TimingMetrics
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs, reaper
+from perfcheck.runner import reaper
 from perfcheck.runner import timing as paired_timing
-from perfcheck.runner.budget import Budget, Step, latency_estimate_s, lightest_last, prior, timing_estimate_s
+from perfcheck.runner.budget import Budget, lightest_last, prior, timing_estimate_s
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.latency_results import (
-    compiled_both,
     latency_place,
-    noted,
-    noted_more,
-    samples_said,
     shares_compile_cache,
-    stopped_at_limit,
-    with_latency,
-    with_sample_phases,
 )
+from perfcheck.runner.latency_stage import LatencyStage
 from perfcheck.runner.probe_process import (
     _outcome,
     probe_spec,
@@ -47,10 +41,10 @@ from perfcheck.runner.sides import (
     copy_base_for_head,
     side_caches,
 )
-from perfcheck.runner.timing import PendingLatency, run_paired, take_latency
+from perfcheck.runner.timing import run_paired
 from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
-from perfcheck.spec import LatencyPlan, ProbeSpec
+from perfcheck.spec import LatencyPlan
 from perfcheck.stopping import STOPS
 
 
@@ -93,7 +87,8 @@ Item = tuple[WorkloadConfig, str, SideSetup]
 
 
 class _Review:
-    """One run of the orchestrator: the per-side probes, then compile latency and timing."""
+    """One run of the orchestrator: the per-side probes, then timing, with the compile-latency
+    stage (perfcheck/runner/latency_stage.py) called around and inside it."""
 
     def __init__(
         self, run: ReviewRun, progress_factory: Callable[[int], Progress], forks: ForkServers, budget: Budget
@@ -109,28 +104,18 @@ class _Review:
             (wl, p, side) for wl, p in self.wanted if p not in paired_names for side in (run.base, run.head)
         ]
         self.paired = [(wl, p) for wl, p in self.wanted if p in paired_names]
-        self.latency_at = {
+        latency_at = {
             wl.name: latency_place(run, {p for w, p in self.wanted if w.name == wl.name})
             for wl in run.workloads
         }
         # One step of the progress plan per workload whose compile latency is measured apart from
         # its compile probe: under callgrind, or in its timing pairs' workers.
-        self.latency_owed = {
-            wl.name for wl, _ in self.paired if self.latency_at[wl.name] in ("timing", "callgrind")
-        }
-        self.progress = progress_factory(len(self.single) + len(self.paired) + len(self.latency_owed))
+        latency_owed = {wl.name for wl, _ in self.paired if latency_at[wl.name] in ("timing", "callgrind")}
+        self.progress = progress_factory(len(self.single) + len(self.paired) + len(latency_owed))
+        self.latency = LatencyStage(run, self.workdir, forks, budget, self.progress, latency_at, latency_owed)
         self.base_compiles: dict[str, Future[ProbeResult]] = {}
-        # Why a workload's compile latency is not callgrind's, or not measured at all.
-        self.notes: dict[str, str] = {}
-        # Timing pairs whose workers wait, idle, to make their compile-latency samples together with
-        # other workloads' (perfcheck/runner/timing.py ``take_latency``), and what those are expected to cost.
-        self.pending: list[PendingLatency] = []
-        self.reserved_s = 0.0
         # Every result as it finishes (the latest of each workload, probe and side).
         self.kept: dict[tuple[str, str, str], ProbeResult] = {}
-        # The workload whose callgrind processes ran past their limit, once one has: this machine
-        # is slower than callgrind's estimates, so auto takes the wall clock for the rest.
-        self.callgrind_overran: str | None = None
 
     def run(self) -> list[WorkloadReview]:
 
@@ -141,7 +126,7 @@ class _Review:
         # left there (the same output folder, reviewed again) is never this review's.
         for folder in ("scratch", "files"):
             shutil.rmtree(workdir / folder, ignore_errors=True)
-        self.progress.say(plan_line(run, self.wanted, self.latency_at, self.budget.total_s))
+        self.progress.say(plan_line(run, self.wanted, self.latency.latency_at, self.budget.total_s))
         # Per-side probes, base's compile probes first: with one at a time, head's compile of a
         # workload starts from a copy of base's compile cache (``_compile_cache``). With jobs > 1
         # they overlap (structure does not depend on timing). Timing runs alone, both sides at
@@ -180,18 +165,16 @@ class _Review:
                     out = self._keep(self._timed(*lead, partial, run_paired, also_beside=finish))
                     rest = whole[0] if whole else self._structural(futures, pool)  # (timing skipped)
                     collected = self._keep(_rejoined(rest, partial, out, lead[0].name))
-                collected = self._keep(self._callgrind_latency(collected))
-                samples_s = {wl.name: self._samples_cost(wl, collected) for wl, _ in paired}
+                collected = self._keep(self.latency.callgrind_latency(collected, self._timing_estimate))
+                samples_s = {wl.name: self.latency.samples_cost(wl, collected) for wl, _ in paired}
                 paired = lightest_last(paired, lambda item: samples_s[item[0].name])
                 for wl, probe in paired:
                     collected = self._keep(self._timed(wl, probe, collected, run_paired))
-                collected = self._keep(self._take_pending(collected))
-                collected = self._keep(self._more_latency(collected))
+                collected = self._keep(self.latency.take_pending(collected))
+                collected = self._keep(self.latency.more_latency(collected))
             finally:
-                for pending in self.pending:  # stopped on the way: their workers end with the review
-                    pending.close()
-        for name in sorted(self.latency_owed):  # counted in the plan, and never measured
-            self._latency_task(name).finish(f"not measured: {self.notes.get(name, 'its timing did not run')}")
+                self.latency.close_pending()  # stopped on the way: their workers end with the review
+        self.latency.finish_owed()  # counted in the plan, and never measured
         # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
         shutil.rmtree(workdir / "cache", ignore_errors=True)
         reaper.reap_orphans()
@@ -239,7 +222,7 @@ class _Review:
         too few cores."""
         run = self.run_
         first_look = 2 * run.config.timing.processes
-        if run.jobs <= 1 or not paired or any(w == "callgrind" for w in self.latency_at.values()):
+        if run.jobs <= 1 or not paired or any(w == "callgrind" for w in self.latency.latency_at.values()):
             return None
         waiting = {f for _, f in futures}
         while waiting:
@@ -273,7 +256,7 @@ class _Review:
         step = self.budget.begin(label, expected)
         task = self.progress.begin(label)
         spec = probe_spec(self.run_, wl, probe, side)
-        if probe == "compile" and self.latency_at[wl.name] == "compile probe":
+        if probe == "compile" and self.latency.latency_at[wl.name] == "compile probe":
             plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
             spec = spec.model_copy(update={"latency": plan})
         # Never past the review's budget: a probe still running when it is spent is stopped there,
@@ -362,137 +345,6 @@ class _Review:
         copy_base_for_head(self.workdir, wl.name)
         return cache, True
 
-    def _callgrind_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
-        """Compile latency under callgrind where it was asked for, or where ``auto`` finds it fits;
-        the choice made for every workload whose latency is measured, with why."""
-        out = list(collected)
-        for wl in self.run_.workloads:
-            where = self.latency_at[wl.name]
-            compiled = compiled_both(out, wl.name)
-            if where is None or compiled is None:
-                continue
-            # The heavier side's first compile: both sides' processes run at once, and the review
-            # waits for the slower (a head 8 layers deeper took 2.5 times base's under callgrind).
-            first_s = max(m.cold_compile_s for m in compiled.values())
-            reserve = self._timing_estimate(wl, out) if where == "timing" else 0.0
-            have_valgrind = callgrind.valgrind() is not None
-            choice = latency_runs.choose(
-                self.run_.config.compile,
-                self.run_.device,
-                have_valgrind,
-                first_s,
-                self.budget.left() - reserve,
-                slower_than_estimated=self.callgrind_overran,
-            )
-            if choice.note:
-                self.notes[wl.name] = choice.note
-            if choice.measure != "callgrind":
-                if where == "compile probe":  # measured there already, by wall clock
-                    out = with_latency(out, wl.name, noted(compiled, choice.note))
-                continue
-            self.latency_at[wl.name] = "callgrind"
-            counted = self._run_callgrind(wl, choice)
-            if not stopped_at_limit(counted):
-                out = with_latency(out, wl.name, counted)
-                continue
-            # Stopped at its limit (a machine busier than the estimate assumed): the wall clock
-            # instead, where it is measured anyway, so that the review keeps its time; and for
-            # the review's other workloads too, whose estimates are made the same way.
-            self.callgrind_overran = wl.name
-            note = (
-                f"wall-clock: callgrind was {choice.limit_words()}; the machine is busier than that estimate"
-            )
-            self.notes[wl.name] = note
-            self.latency_at[wl.name] = where
-            if where == "compile probe":
-                out = with_latency(out, wl.name, noted(compiled, note))
-            else:  # the timing pairs make them: one more step of the plan
-                self.latency_owed.add(wl.name)
-                self.progress.total += 1
-        return out
-
-    def _more_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
-        """More pairs of compiles where the wall clock left a workload's compile latency undecided
-        (perfcheck/runner/latency_more.py), within what is left of the review's budget."""
-        run, out = self.run_, list(collected)
-        sides = {"base": run.base, "head": run.head}
-        for wl in run.workloads:
-            compiled = compiled_both(out, wl.name)
-            if compiled is None or self.latency_at[wl.name] is None:
-                continue
-
-            def launch(side: Side, compiles: int, wl: WorkloadConfig = wl) -> ProbeResult:
-                plan = LatencyPlan(measure="wall", compiles=compiles)
-                spec = probe_spec(run, wl, "compile", sides[side])
-                spec = spec.model_copy(update={"probe": "compile_latency", "latency": plan})
-                forks = self.forks if forkserver.times_forked(run.device) else None
-                return run_probe(
-                    spec, sides[side].python, wl.timeout_s, self.workdir, tag="-more", forks=forks,
-                    deadline=self.budget.deadline(),
-                )  # fmt: skip
-
-            label = f"base ⇄ head · {wl.name} · compile latency, more pairs"
-            began: list[tuple[Task, Step]] = []  # the step, once a round starts
-
-            def note(
-                line: str, expected_s: float, label: str = label, began: list[tuple[Task, Step]] = began
-            ) -> None:
-                if not began:
-                    self.progress.total += 1
-                    began.append((self.progress.begin(label), self.budget.begin(label, expected_s)))
-                began[0][0].note(line)
-
-            outcome = latency_more.more_pairs(compiled, run.config, self.budget.left, launch, note)
-            if outcome is None:
-                continue
-            if outcome.latency is None:
-                self.budget.cut(f"{wl.name}: compile latency: {outcome.said}")
-            else:
-                out = with_latency(out, wl.name, noted_more(outcome.latency, compiled, outcome.said))
-            for task, step in began:
-                step.expected_s = outcome.expected_s
-                step.done(outcome.said)
-                task.finish(outcome.said)
-        return out
-
-    def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
-        run = self.run_
-        label = f"base ⇄ head · {wl.name} · compile latency (callgrind)"
-        if wl.name in self.latency_owed:
-            task = self._latency_task(wl.name, label)
-        else:  # a compile-probe measure that auto found callgrind fits: not in the plan
-            self.progress.total += 1
-            task = self.progress.begin(label)
-        step = self.budget.begin(label, choice.estimate_s)
-        sides = {"base": run.base, "head": run.head}
-
-        def launch(
-            spec: ProbeSpec, side: Side, tag: str, prefix: list[str], env: dict[str, str], dumps: Path
-        ) -> ProbeResult:
-            python = sides[side].python
-            return run_probe(
-                spec,
-                python,
-                min(wl.timeout_s, choice.limit_s),
-                self.workdir,
-                tag=tag,
-                prefix=prefix,
-                extra_env=env,
-                writable=[dumps],
-                deadline=self.budget.deadline(),  # never past the review's budget
-            )
-
-        specs: dict[Side, ProbeSpec] = {s: probe_spec(run, wl, "compile", sides[s]) for s in ("base", "head")}
-        measured = latency_runs.measure_callgrind(specs, run.config.compile.runs, launch, choice.note)
-        n = min(len(m.samples) for m in measured.values())
-        failed = [f for m in measured.values() for f in m.failures]
-        outcome = f"{n} per side" if n else f"not measured: {failed[0] if failed else ''}"
-        if stopped_at_limit(measured):
-            outcome = f"{choice.limit_words()}: the wall clock instead"
-        step.done(outcome)
-        task.finish(outcome)
-        return measured
-
     def _timing_estimate(
         self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int | None = None
     ) -> float:
@@ -518,7 +370,7 @@ class _Review:
         run, budget = self.run_, self.budget
         label = f"base ⇄ head · {wl.name} · {probe}"
         expected = self._timing_estimate(wl, collected)
-        left = budget.left() - self.reserved_s  # less what the samples still owed will take
+        left = budget.left() - self.latency.reserved_s  # less what the samples still owed will take
         if left < expected:
             why = (
                 f"not run: its first {run.config.timing.processes} pairs would take about {expected:.0f} s, "
@@ -529,25 +381,25 @@ class _Review:
             self.progress.begin(label).finish(why)  # a step of the plan, counted, that did not run
             return collected + _skipped(run, wl, probe, why)
 
-        latency_pairs = self._latency_pairs(wl, collected, expected)
+        latency_pairs = self.latency.latency_pairs(wl, collected, expected)
         # Its samples wait where one batch of compiles has room for them: for the next workload's
         # set-up, or failing that for other workloads' samples.
         # (through the module: how many pairs one batch of compiles takes, looked up where used)
         defer = 0 < latency_pairs <= paired_timing.latency_batch_pairs()
-        owed = sum(len(p.pairs) for p in self.pending)
+        owed = sum(len(p.pairs) for p in self.latency.pending)
         # Earlier workloads' samples are made while this one's first look sets up where the machine
         # has a core for each of those processes (the samples' and the set-up's): the set-up is
         # host work that times nothing, and both sides of each sample pair see it alike. Else they
         # wait on for this workload's, while one batch has room for all, or are made now.
         beside = owed > 0 and owed + run.config.timing.processes <= paired_timing.latency_batch_pairs()
         if not beside and defer and owed + latency_pairs > paired_timing.latency_batch_pairs():
-            collected = self._take_pending(collected)
+            collected = self.latency.take_pending(collected)
         taken: list[list[ProbeResult]] = []  # what the samples made beside the set-up joined
 
         def make_pending(so_far: list[ProbeResult] = collected) -> None:
-            taken.append(self._take_pending(so_far, during=wl.name))
+            taken.append(self.latency.take_pending(so_far, during=wl.name))
 
-        latency_s = self._latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0
+        latency_s = self.latency.latency_estimate(wl, collected, latency_pairs) if latency_pairs else 0.0
         step = budget.begin(label, expected + (0.0 if defer else latency_s))
         task = self.progress.begin(label)
 
@@ -563,140 +415,20 @@ class _Review:
             run.config.budgets,
             on_pair=on_pair,
             latency_pairs=latency_pairs,
-            deadline=budget.deadline() - self.reserved_s,
+            deadline=budget.deadline() - self.latency.reserved_s,
             forks=self.forks,
-            defer_latency=self._may_hold if defer else None,
+            defer_latency=self.latency.may_hold if defer else None,
             beside_setup=_in_turn([make_pending] if beside else [], also_beside),
         )
         if taken:
             collected = taken[0]
         outcome = _paired_outcome(pair.base, pair.head)
         if pair.pending is not None:
-            self.pending.append(pair.pending)
-            self.reserved_s += latency_s
+            self.latency.hold(pair.pending, latency_s)
         more = f"more pairs: {'; '.join(pair.held_open)}" if pair.held_open else None
         step.done(more, parts_s=pair.parts_s)
         task.finish(f"{outcome}{parts_said(pair.parts_s)}{f' ({more})' if more else ''}")
-        out = [*collected, pair.base, pair.head]
-        if pair.pending is None and latency_pairs:
-            spent = pair.parts_s.get("compile latency", 0.0)
-            self._latency_task(wl.name).finish(
-                f"{samples_said(pair.latency)}, made in the timing step above ({spent:.0f} s of it)"
-            )
-        if latency_pairs and pair.latency:
-            out = self._with_samples(out, wl.name, pair.latency)
-        elif self.latency_at[wl.name] == "timing" and (note := self.notes.get(wl.name)):
-            out = with_latency(
-                out, wl.name, dict.fromkeys(("base", "head"), CompileLatency(measure="wall", note=note))
-            )
-        return out
-
-    def _with_samples(
-        self, results: list[ProbeResult], workload: str, latency: Mapping[str, CompileLatency]
-    ) -> list[ProbeResult]:
-        note = self.notes.get(workload)
-        return with_latency(
-            results, workload, {s: m.model_copy(update={"note": note}) for s, m in latency.items()}
-        )
-
-    def _latency_task(self, workload: str, label: str | None = None) -> Task:
-        """The step of the progress plan counted for ``workload``'s compile latency, begun."""
-        self.latency_owed.discard(workload)
-        return self.progress.begin(label or f"base ⇄ head · {workload} · compile latency")
-
-    def _may_hold(self, pending: PendingLatency) -> bool:
-        """Whether ``pending``'s workers may wait, idle, beside those waiting already: their device
-        memory (each process's peak, a quarter again for the allocator's cache, 768 MiB for its
-        context) within 70 % of the GPU's, which leaves the rest to the next workload's processes,
-        and the host's memory more than a third free. (The suite's ResNet-50 and ViT-B/16 training
-        steps peak at 5.6 and 5.2 GB a process on the H200: both wait, in 90 of its 141 GB.)"""
-        waiting = [*self.pending, pending]
-        device_total = max(p.device_total_mb() for p in waiting)
-        if device_total > 0:
-            processes = sum(2 * len(p.pairs) for p in waiting)
-            need = 1.25 * sum(p.held_device_mb() for p in waiting) + 768 * processes
-            if need > 0.7 * device_total:
-                return False
-        return host_memory_free_share() > 1 / 3
-
-    def _take_pending(self, collected: list[ProbeResult], during: str | None = None) -> list[ProbeResult]:
-        """The samples the waiting workers owe, made all at once, joined to their workloads'
-        compile results; within what is left of the review's time budget, else cut, saying so.
-        ``during``: the workload whose timing workers set up meanwhile, said in the step's line."""
-
-        if not self.pending:
-            return collected
-        pending, expected = self.pending, self.reserved_s
-        self.pending, self.reserved_s = [], 0.0
-        names = [p.workload for p in pending]
-        label = f"base ⇄ head · {', '.join(names)} · compile latency"
-        tasks = {name: self._latency_task(name) for name in names}
-        if self.budget.left() < expected:
-            why = (
-                f"not measured: its samples would take about {expected:.0f} s, more than the "
-                f"{max(self.budget.left(), 0):.0f} s left of review.time_budget_s"
-            )
-            for p in pending:
-                p.close()
-            self.budget.skip(label, expected, why)
-            for name, task in tasks.items():
-                self.notes[name] = why
-                task.finish(why)
-            return collected
-        step = self.budget.begin(label, expected)
-        measured = take_latency(pending)
-        step.done()
-        others = {name: [n for n in names if n != name] for name in names}
-        for name, task in tasks.items():
-            beside = f", made beside {', '.join(others[name])}'s" if others[name] else ""
-            if during is not None:
-                beside += f", while {during}'s timing workers set up"
-            task.finish(f"{samples_said(measured.get(name, {}))}{beside}")
-            if measured.get(name):
-                collected = self._with_samples(collected, name, measured[name])
-        return [with_sample_phases(r, pending) for r in collected]
-
-    def _latency_estimate(self, wl: WorkloadConfig, collected: list[ProbeResult], pairs: int) -> float:
-        compiled = compiled_both(collected, wl.name)
-        first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
-        cores = len(os.sched_getaffinity(0))
-        return latency_estimate_s(first, pairs, cores, self.run_.config.compile.rebuild_kernels)
-
-    def _samples_cost(self, wl: WorkloadConfig, collected: list[ProbeResult]) -> float:
-        """What ``wl``'s compile-latency samples in its timing workers are expected to cost (0 where
-        they are not made there), for the order the workloads are timed in."""
-        if self.latency_at[wl.name] != "timing" or compiled_both(collected, wl.name) is None:
-            return 0.0
-        return self._latency_estimate(wl, collected, self.run_.config.compile.runs)
-
-    def _latency_pairs(self, wl: WorkloadConfig, collected: list[ProbeResult], timing_s: float) -> int:
-        """How many of the timing pairs also make the compile-latency samples: ``compile.runs``, or
-        fewer where what is left of the budget after the timing's first look cannot pay for them
-        (at least two, else none), said in the cuts and the compile-latency row."""
-        if self.latency_at[wl.name] != "timing" or compiled_both(collected, wl.name) is None:
-            return 0
-        runs = self.run_.config.compile.runs
-        left = self.budget.left() - self.reserved_s - timing_s
-        affordable = next(
-            (n for n in range(runs, 1, -1) if self._latency_estimate(wl, collected, n) <= left), 0
-        )
-        if affordable >= runs:
-            return runs
-        what = f"{wl.name}: compile latency"
-        if affordable >= 2:
-            self.budget.cut(
-                f"{what}: {affordable} cache-cold compiles per side instead of {runs}, to fit "
-                "review.time_budget_s"
-            )
-            return affordable
-        cost = self._latency_estimate(wl, collected, runs)
-        why = (
-            f"not measured: {runs} pairs of cache-cold compiles would take about {cost:.0f} s, more "
-            f"than the review's time budget leaves"
-        )
-        self.budget.cut(f"{what}: {why}")
-        self.notes[wl.name] = why
-        return 0
+        return self.latency.joined([*collected, pair.base, pair.head], wl.name, pair, latency_pairs)
 
 
 def host_cores() -> int:
@@ -732,15 +464,6 @@ def _skipped(run: ReviewRun, wl: WorkloadConfig, probe: str, why: str) -> list[P
         ProbeResult(probe=probe, workload=wl.name, side=side, status="skipped", duration_s=0.0, message=why)
         for side in ("base", "head")
     ]
-
-
-def host_memory_free_share() -> float:
-    """The share of the host's memory the kernel says is available (1.0 where it does not say)."""
-    try:
-        fields = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-        return int(fields["MemAvailable"].split()[0]) / int(fields["MemTotal"].split()[0])
-    except (OSError, KeyError, ValueError, ZeroDivisionError):
-        return 1.0
 
 
 def _paired_outcome(base: ProbeResult, head: ProbeResult) -> str:

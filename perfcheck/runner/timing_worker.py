@@ -357,7 +357,7 @@ class Session:
             peak, kind = peak_rss_mb(), "peak_rss"
         return {
             "peak_memory_mb": round(peak, 2),
-            "device_memory_mb": round(total, 1),  # how much may wait idle beside it (orchestrate)
+            "device_memory_mb": round(total, 1),  # how much may wait idle beside it (latency_stage)
             "memory_kind": kind,
             "recompiles": compiled_frames() - self.frames_after_warmup,
         }

@@ -1,6 +1,8 @@
 """The `fsdp` probe, torch-free side: FSDP2 (``fully_shard``) training under eager and compiled
-variants, written in the plugin shape (perfcheck/core/probes/kind.py): its settings, its metrics and its own
-finding categories live here, the run function in perfcheck/runner/probes/fsdp_probe.py.
+variants, written in the plugin shape (perfcheck/core/probes/kind.py): its own finding categories
+live here, its settings and metrics models in perfcheck/core/probes/fsdp_models.py, the comparison
+of its units' and DTensors' layouts in perfcheck/core/probes/fsdp_layout.py, the run function in
+perfcheck/runner/probes/fsdp_probe.py.
 
 What it compares, base against head, per variant: how many graphs Dynamo compiles for each
 function of the model (N identical layers served by one graph is the healthy case), the
@@ -9,20 +11,16 @@ behind compute, the graphs each rank compiled, the FSDP units as FSDP2 groups th
 ``fully_shard`` call, with its ``reshard_after_forward`` and mixed precision as they run) and the
 DTensor layout of every parameter and gradient (placements, mesh, the unit that shards it) and of
 activations the model redistributes: changes the FX graph does not show.
-
-A unit of several modules (``fully_shard([block0, block1])``) is named by its modules joined with
-" + ", never with commas (FSDP's own name for it, "block0, block1", would read as two units).
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from perfcheck.core.markdown import Figure
-from perfcheck.core.probes.ddp import RankGraphs, first_rank_mismatch
+from perfcheck.core.probes.ddp import first_rank_mismatch
+from perfcheck.core.probes.fsdp_layout import layout_findings, placements_said, same_units, unit_said
+from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpSettings, FsdpUnit, FsdpVariant, GraphGroup
 from perfcheck.core.probes.kind import (
     VARIANT_FAILED,
     Compared,
@@ -32,180 +30,8 @@ from perfcheck.core.probes.kind import (
     settled,
     status_cell,
 )
-from perfcheck.measures import GraphBreak, SourceLocation
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 from perfcheck.settings import SettingsView
-
-Variant = Literal["eager", "compiled_layers", "compiled_model"]
-Dtype = Literal["float32", "bfloat16", "float16"]
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class FsdpSettings(_Model):
-    """The `fsdp:` section of perfcheck.yml."""
-
-    world_size: int = Field(
-        default=2, ge=1, description="ranks (one per GPU with nccl; ranks share GPUs beyond)"
-    )
-    backend: Literal["auto", "gloo", "nccl"] = Field(
-        default="auto", description="auto: nccl on cuda, else gloo"
-    )
-    wrap: list[str] = Field(
-        default=[],
-        description="class names of the modules that get a fully_shard of their own before the root "
-        "(the decoder layer's class, say); empty: every class that repeats in a ModuleList or "
-        "Sequential. A workload whose build() applies fully_shard itself keeps its own wrapping.",
-    )
-    reshard_after_forward: bool | None = Field(
-        default=None,
-        description="free the gathered parameters after forward; unset: FSDP2's default (every unit "
-        "but the root, which keeps its parameters for backward)",
-    )
-    param_dtype: Dtype | None = Field(default=None, description="MixedPrecisionPolicy.param_dtype")
-    reduce_dtype: Dtype | None = Field(default=None, description="MixedPrecisionPolicy.reduce_dtype")
-    variants: list[Variant] = Field(
-        default=["eager", "compiled_layers", "compiled_model"],
-        min_length=1,
-        description="eager; each wrapped layer compiled (module.compile()); the whole model compiled",
-    )
-    steps: int = Field(default=4, ge=2, description="training steps per variant (the first compiles)")
-
-
-def unit_name(modules: list[str]) -> str:
-    """A unit's name: its module's path ('' the root); a unit of several modules, their paths
-    joined by " + "."""
-    return " + ".join(modules)
-
-
-def shared(values: list[Any]) -> Any:
-    """The value all of ``values`` share; None when they differ or there are none."""
-    return values[0] if values and all(v == values[0] for v in values) else None
-
-
-class FsdpUnit(_Model):
-    """One FSDP unit as FSDP2 holds it: the module or modules one fully_shard call sharded, whose
-    parameters are all-gathered and reduce-scattered together."""
-
-    name: str = Field(description="'' the root; several modules: their paths joined by ' + '")
-    modules: list[str] = Field(description="the paths of the modules it groups ('' the root)")
-    reshard_after_forward: bool | int | None = Field(
-        default=None,
-        description="as FSDP runs it (FSDP2's default: True, the root False); an int: the ranks it "
-        "reshards to; None: not known",
-    )
-    param_dtype: str | None = Field(default=None, description="MixedPrecisionPolicy.param_dtype")
-    reduce_dtype: str | None = Field(default=None, description="MixedPrecisionPolicy.reduce_dtype")
-    output_dtype: str | None = Field(default=None, description="MixedPrecisionPolicy.output_dtype")
-    params: int = Field(default=0, ge=0, description="parameters it shards")
-    sharded_at: SourceLocation | None = Field(
-        default=None, description="the workload's own fully_shard call; None: perfcheck's wrap"
-    )
-
-
-class ParamLayout(_Model):
-    name: str = Field(description="the parameter's qualified name")
-    unit: str | None = Field(
-        description="the FSDP unit (module path; '' is the root) sharding it; None: none"
-    )
-    placements: list[str] = Field(description="DTensor placements, e.g. ['Shard(dim=0)']; []: a plain tensor")
-    mesh: list[int] = Field(default=[], description="the device mesh's shape")
-    dtype: str
-    grad_placements: list[str] | None = Field(
-        default=None, description="its gradient's placements after backward"
-    )
-    sharded_at: SourceLocation | None = Field(
-        default=None,
-        description="the workload's own fully_shard / distribute_tensor call; None: perfcheck's wrap",
-    )
-
-
-class Redistribute(_Model):
-    """A DTensor the model's own code moved to another layout during a step."""
-
-    source: list[str]
-    target: list[str]
-    mesh: list[int] = []
-    shape: list[int] = []
-    location: SourceLocation | None = None
-    count: int = Field(default=1, ge=1, description="calls per step")
-
-
-class UnitCollective(_Model):
-    op: str = Field(description="all_gather, reduce_scatter, all_reduce, ...")
-    unit: str | None = Field(description="the FSDP unit that issued it ('' the root); None: outside FSDP")
-    dtype: str
-    bytes: int = Field(ge=0, description="the unsharded message of one call")
-    group_size: int = Field(ge=1)
-    count: int = Field(default=1, ge=1, description="calls per step")
-
-
-class GraphGroup(_Model):
-    """The graphs Dynamo compiled for one function of the model."""
-
-    code: str = Field(description="Class.function, or the function's name")
-    location: SourceLocation | None = None
-    graphs: int = Field(ge=0, description="graphs compiled for it (recompiles included)")
-    distinct: int = Field(ge=0, description="of those, graphs with different code")
-    modules: int = Field(
-        default=0, ge=0, description="modules of its class in the model (the layers it serves)"
-    )
-    guard: str | None = Field(default=None, description="the first guard that failed, making another graph")
-
-
-class FsdpVariant(_Model):
-    variant: Variant
-    step_ms: float | None = Field(default=None, ge=0, description="median step time on rank 0")
-    graph_count: int = Field(default=0, ge=0)
-    graph_breaks: list[GraphBreak] = Field(
-        default=[], description="breaks in the workload's code, not FSDP's"
-    )
-    fsdp_breaks: int = Field(
-        default=0, ge=0, description="breaks inside torch.distributed (FSDP's own hooks)"
-    )
-    recompiles: int = Field(default=0, ge=0)
-    graphs: list[GraphGroup] = []
-    ranks: list[RankGraphs] = []
-    collectives: list[UnitCollective] = []
-    comm_overlap_pct: float | None = Field(default=None, ge=0, le=100)
-    peak_memory_mb: list[float] = Field(default=[], description="per rank: CUDA peak allocated, CPU peak RSS")
-    rank_differs_at: SourceLocation | None = Field(
-        default=None,
-        description="where ranks' graphs differ: the line that made the first node of the first "
-        "differing graph that is not the same on rank 0 and the first rank that differs",
-    )
-    rank_differing_nodes: list[str] = Field(default=[], description="those nodes, 'rank N: node'")
-    error: str | None = None
-
-
-class FsdpMetrics(_Model):
-    backend: str
-    world_size: int = Field(ge=1)
-    device: str
-    wrapped_by: Literal["perfcheck", "workload"]
-    wrap: list[str] = Field(default=[], description="the classes perfcheck wrapped")
-    units: list[FsdpUnit] = Field(default=[], description="the FSDP units, as FSDP2 groups them")
-    reshard_after_forward: bool | int | None = Field(
-        default=None, description="the units' but the root's, where they agree (each unit's is in units)"
-    )
-    param_dtype: str | None = Field(default=None, description="every unit's, where they agree")
-    reduce_dtype: str | None = Field(default=None, description="every unit's, where they agree")
-    params: list[ParamLayout] = []
-    redistributes: list[Redistribute] = []
-    outputs: list[list[str]] = Field(default=[], description="placements of the outputs that are DTensors")
-    variants: list[FsdpVariant] = []
-
-    @field_validator("units", mode="before")
-    @classmethod
-    def _paths(cls, v: Any) -> Any:
-        # Results written before units were recorded as FSDP groups them list module paths.
-        return (
-            [{"name": u, "modules": [u]} if isinstance(u, str) else u for u in v]
-            if isinstance(v, list)
-            else v
-        )
 
 
 def _metrics(r: ProbeResult | None) -> FsdpMetrics | None:
@@ -217,14 +43,6 @@ def _metrics(r: ProbeResult | None) -> FsdpMetrics | None:
 
 def _ok(m: FsdpMetrics | None) -> dict[str, FsdpVariant]:
     return {v.variant: v for v in m.variants if v.error is None} if m else {}
-
-
-def _unit(name: str | None) -> str:
-    return "outside FSDP" if name is None else ("the root" if name == "" else name)
-
-
-def _placed(p: list[str]) -> str:
-    return ", ".join(p) if p else "not a DTensor"
 
 
 # -- graph reuse ------------------------------------------------------------------------------
@@ -280,15 +98,11 @@ def _keys(v: FsdpVariant) -> Counter[_Key]:
 
 def _describe(keys: Counter[_Key]) -> list[str]:
     return [
-        f"{n}× {op} of {f'{b:,} B {dtype}' if b else 'an unknown size'} over {g} ranks ({_unit(unit)})"
-        for (op, unit, dtype, b, g), n in sorted(keys.items(), key=lambda kv: (_unit(kv[0][1]), str(kv[0])))
+        f"{n}× {op} of {f'{b:,} B {dtype}' if b else 'an unknown size'} over {g} ranks ({unit_said(unit)})"
+        for (op, unit, dtype, b, g), n in sorted(
+            keys.items(), key=lambda kv: (unit_said(kv[0][1]), str(kv[0]))
+        )
     ]
-
-
-def _same_units(b: FsdpMetrics, h: FsdpMetrics) -> list[tuple[FsdpUnit, FsdpUnit]]:
-    """(base, head) of every unit that groups the same modules on both sides."""
-    before = {tuple(u.modules): u for u in b.units}
-    return [(before[tuple(u.modules)], u) for u in h.units if tuple(u.modules) in before]
 
 
 def _mixed(u: FsdpUnit) -> tuple[str | None, ...]:
@@ -308,9 +122,9 @@ def _regrouped(lost: list[str], gained: list[str], h: FsdpMetrics) -> str:
             + (f" ({len(was)} units on base)" if was else "")
         )
     alone = [u for u in lost if u not in folded]
-    parts += [f"no unit of its own any more: {', '.join(map(_unit, alone))}"] if alone else []
+    parts += [f"no unit of its own any more: {', '.join(map(unit_said, alone))}"] if alone else []
     rest = [g for g in gained if g not in merged]
-    parts += [f"new unit: {', '.join(map(_unit, rest))}"] if rest else []
+    parts += [f"new unit: {', '.join(map(unit_said, rest))}"] if rest else []
     return "".join(f"; {p}" for p in parts)
 
 
@@ -324,7 +138,7 @@ def _drift(
     units_after = {k[1] for k in after if k[1] is not None}
     lost, gained = sorted(units_before - units_after), sorted(units_after - units_before)
     bytes_of = lambda keys: sum(k[3] * n for k, n in keys.items())  # noqa: E731
-    same = _same_units(bm, hm)
+    same = same_units(bm, hm)
     # What the change reads as, most telling first: the matrix's rules pick the cause from it.
     reading = (["wrap"] if lost or gained else []) + (
         ["reshard_after_forward"]
@@ -351,174 +165,12 @@ def _drift(
             "variants": name,
             "wrapping": "fsdp",
             "reading": ", ".join(reading),
-            "units_lost": [_unit(u) for u in lost],
-            "units_added": [_unit(u) for u in gained],
+            "units_lost": [unit_said(u) for u in lost],
+            "units_added": [unit_said(u) for u in gained],
             "removed": _describe(before - after),
             "added": _describe(after - before),
         },
     )
-
-
-# -- layouts ----------------------------------------------------------------------------------
-
-
-def _owner(module: str, m: FsdpMetrics) -> str | None:
-    """The unit that shards ``module``'s parameters on one side (None: none, or several)."""
-    return shared([p.unit for p in m.params if p.name.startswith(f"{module}.")])
-
-
-def _unit_changes(b: FsdpMetrics, h: FsdpMetrics) -> list[tuple[str, str, SourceLocation | None]]:
-    """(change, what, where) for every unit FSDP groups differently on head, or runs differently:
-    units merged (one fully_shard of several modules), split, added, gone; its
-    reshard_after_forward or mixed precision."""
-    before = {tuple(u.modules): u for u in b.units}
-    after = {tuple(u.modules): u for u in h.units}
-    base_unit = {m: u for u in b.units for m in u.modules}
-    head_unit = {m: u for u in h.units for m in u.modules}
-    out: list[tuple[str, str, SourceLocation | None]] = []
-    for old, u in _same_units(b, h):
-        where = u.sharded_at or old.sharded_at
-        for field in ("reshard_after_forward", "param_dtype", "reduce_dtype", "output_dtype"):
-            was, now = getattr(old, field), getattr(u, field)
-            if was != now:
-                change = field if field == "reshard_after_forward" else "mixed_precision"
-                out.append((change, f"{_unit(u.name)}: {field} {was} → {now}", where))
-    for key, u in after.items():
-        if key in before:
-            continue
-        was = list(dict.fromkeys(base_unit[m].name for m in u.modules if m in base_unit))
-        if len(u.modules) > 1:
-            base = f"; base: {len(was)} unit{'s' if len(was) != 1 else ''}" if was else ""
-            out.append(
-                (
-                    "merged",
-                    f"{u.name} are one unit on head (one fully_shard of {len(u.modules)} modules){base}",
-                    u.sharded_at,
-                )
-            )
-        elif was:
-            out.append(
-                ("split", f"{u.name} has a unit of its own on head; base: part of {was[0]}", u.sharded_at)
-            )
-        else:
-            out.append(
-                (
-                    "wrapped",
-                    f"{u.name} has a unit of its own on head; base: sharded by {_unit(_owner(u.name, b))}",
-                    u.sharded_at,
-                )
-            )
-    gone = [m for key in before if key not in after for m in key if m not in head_unit]
-    for m in gone:  # (a module grouped otherwise on head is said above)
-        owner = _unit(_owner(m, h))
-        out.append(
-            ("unwrapped", f"{m} has no unit of its own on head: its parameters are sharded by {owner}", None)
-        )
-    return out
-
-
-def _param_changes(b: FsdpMetrics, h: FsdpMetrics) -> list[tuple[str, str, str, SourceLocation | None]]:
-    """(parameter, what changed, how, where) for every parameter whose layout differs; a move to
-    another unit where the units themselves changed is the units' change (_unit_changes)."""
-    before = {p.name: p for p in b.params}
-    regrouped = {u.name for u in b.units} ^ {u.name for u in h.units}
-    out = []
-    for p in h.params:
-        old = before.get(p.name)
-        if old is None:
-            continue
-        where = p.sharded_at or old.sharded_at
-        if old.placements != p.placements or old.mesh != p.mesh:
-            mesh = f" on mesh {old.mesh} → {p.mesh}" if old.mesh != p.mesh else ""
-            out.append(
-                (p.name, "placement", f"{_placed(old.placements)} → {_placed(p.placements)}{mesh}", where)
-            )
-        elif old.unit != p.unit and old.unit not in regrouped and p.unit not in regrouped:
-            out.append((p.name, "unit", f"sharded by {_unit(old.unit)} → by {_unit(p.unit)}", where))
-        elif old.grad_placements != p.grad_placements:
-            how = f"{_placed(old.grad_placements or [])} → {_placed(p.grad_placements or [])}"
-            out.append((p.name, "gradient", f"gradient {how}", where))
-    return out
-
-
-def _at(loc: SourceLocation | None) -> tuple[str, int]:
-    return (loc.path, loc.line) if loc else ("?", 0)
-
-
-def _redistributes(m: FsdpMetrics) -> Counter[tuple[str, str, str, int]]:
-    return Counter(
-        {(_placed(r.source), _placed(r.target), *_at(r.location)): r.count for r in m.redistributes}
-    )
-
-
-def _layout_finding(
-    wl: str, message: str, evidence: dict[str, Any], severity: str = "error", at: SourceLocation | None = None
-) -> Finding:
-    return Finding(
-        category="dtensor_layout_changed",
-        severity=severity,  # type: ignore[arg-type]
-        workload=wl,
-        probe="fsdp",
-        location=at,
-        message=message,
-        evidence=evidence,
-    )
-
-
-def _layout(wl: str, b: FsdpMetrics, h: FsdpMetrics) -> list[Finding]:
-    out = []
-    units = _unit_changes(b, h)
-    if units:
-        change, what, where = units[0]
-        more = f" and {len(units) - 1} more unit change{'s' if len(units) > 2 else ''}" if units[1:] else ""
-        evidence: dict[str, Any] = {
-            "kind": "unit",
-            "change": change,
-            "unit_changes": "\n".join(w for _, w, _ in units[:50]),
-            "counts": dict(Counter(c for c, _, _ in units)),
-        }
-        at = where or next((w for _, _, w in units if w is not None), None)
-        out.append(_layout_finding(wl, f"FSDP units: {what}{more}", evidence, at=at))
-    changes = _param_changes(b, h)
-    if changes:
-        name, what, how, where = changes[0]
-        more = (
-            f" and {len(changes) - 1} more parameter{'s' if len(changes) > 2 else ''}" if changes[1:] else ""
-        )
-        evidence = {
-            "kind": "parameter",
-            "parameter": name,
-            "change": what,
-            "changes": [f"{n}: {h}" for n, _, h, _ in changes[:50]],
-            "counts": dict(Counter(w for _, w, _, _ in changes)),
-        }
-        out.append(_layout_finding(wl, f"{name}: {how}{more}", evidence, at=where))
-    before, after = _redistributes(b), _redistributes(h)
-    for (src, dst, path, line), n in sorted((after - before).items()):
-        at = next(
-            (r.location for r in h.redistributes if r.location and _at(r.location) == (path, line)), None
-        )
-        message = (
-            f"a DTensor is redistributed {src} → {dst} {n}× per step on head"
-            + (f" at {path}:{line}" if at else "")
-            + " (the FX graph shows no such change; its collective does run)"
-        )
-        out.append(
-            _layout_finding(
-                wl, message, {"kind": "redistribute", "source": src, "target": dst, "count": n}, at=at
-            )
-        )
-    for (src, dst, path, line), n in sorted((before - after).items()):
-        message = (
-            f"head no longer redistributes a DTensor {src} → {dst} (base: {n}× per step at {path}:{line})"
-        )
-        gone = {"kind": "redistribute_removed", "source": src, "target": dst, "count": n}
-        out.append(_layout_finding(wl, message, gone, severity="warning"))
-    if b.outputs != h.outputs:
-        shown = [[_placed(p) for p in m.outputs] or "none" for m in (b, h)]
-        message = f"the model's DTensor outputs are laid out differently: {shown[0]} → {shown[1]}"
-        out.append(_layout_finding(wl, message, {"kind": "output"}))
-    return out
 
 
 # -- overlap and ranks ------------------------------------------------------------------------
@@ -580,7 +232,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView)
     b, h = _metrics(base), _metrics(head)
     if b is None or h is None:
         return Compared(inconclusive=[f"{wl}/fsdp: no FSDP measurements to compare"])
-    findings = _layout(wl, b, h)
+    findings = layout_findings(wl, b, h)
     bv = _ok(b)
     pairs = [(name, bv[name], hv) for name, hv in _ok(h).items() if name in bv]
     findings += _reuse(wl, pairs)
@@ -645,7 +297,7 @@ def _cell(v: FsdpVariant | None, r: ProbeResult | None, wrapped: list[str]) -> s
 def _layout_cell(m: FsdpMetrics | None, r: ProbeResult | None) -> str:
     if m is None:
         return status_cell(r) or "—"
-    kinds = Counter(_placed(p.placements) for p in m.params)
+    kinds = Counter(placements_said(p.placements) for p in m.params)
     laid = ", ".join(f"{n}× {k}" for k, n in kinds.most_common(2))
     grouped = [u for u in m.units if len(u.modules) > 1]
     of = f" ({len(grouped)} of several modules)" if grouped else ""

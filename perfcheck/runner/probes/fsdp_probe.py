@@ -1,14 +1,14 @@
 """The `fsdp` probe's run function: the workload under FSDP2 on ``fsdp.world_size`` ranks,
 launched with torchrun like `ddp` (perfcheck/runner/torchrun.py). The ranks are perfcheck.runner.fsdp_worker;
-rank 0 writes the gathered metrics, read back here. The probe's descriptor (settings, metrics,
-categories) is perfcheck/core/probes/fsdp.py.
+rank 0 writes the gathered metrics, read back here. The probe's descriptor (its categories) is
+perfcheck/core/probes/fsdp.py, its settings and metrics models perfcheck/core/probes/fsdp_models.py.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from perfcheck.core.probes.fsdp import FsdpMetrics, FsdpSettings
+from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpSettings
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.torchrun import run_ranks
 from perfcheck.schema import load_model
