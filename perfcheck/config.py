@@ -196,7 +196,7 @@ def follow_up_probes(
     """Probes a workload may get once the planned ones show they apply (a descriptor's
     ``follow_up``: custom_ops, when its exported graph calls a custom op); only where its probes
     were left to the defaults."""
-    from perfcheck.core import probes as registry  # the descriptors; they import this module
+    from perfcheck.core import probes as registry  # the descriptors
 
     if probes or wl.probes is not None:
         return ()

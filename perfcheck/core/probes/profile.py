@@ -4,8 +4,6 @@ A kernel (or op) that runs on one side only is a structural difference and alway
 change counts when it exceeds ``profile.min_change_pct`` of the base step's kernel time: profiled
 times are noisy, and the timing probe owns the verdict on speed, so this finding is a warning
 that explains, never a failure.
-
-Imports nothing from bot.compare, which registers this module (it would be an import cycle).
 """
 
 from __future__ import annotations
