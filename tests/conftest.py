@@ -49,6 +49,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+    # The end-to-end lane first, each module's tests still in order: its tests take seconds to
+    # minutes, the fast lane's milliseconds, so the fast tests left at the end keep both xdist
+    # workers busy until the last slow test ends, instead of one waiting on a slow test met last.
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)
 
 
 def starts_a_slow_process(args: object) -> bool:

@@ -55,10 +55,15 @@ class _Item:
     def add_marker(self, mark: pytest.MarkDecorator) -> None:
         self.marks.append(mark)
 
+    def get_closest_marker(self, name: str) -> pytest.MarkDecorator | None:
+        return next((m for m in self.marks if m.name == name), None)
 
-def test_a_test_that_runs_reviews_or_keeps_fork_servers_is_marked_e2e_as_collected() -> None:
+
+def test_a_test_that_runs_reviews_or_keeps_fork_servers_is_marked_e2e_and_runs_first() -> None:
     from conftest import pytest_collection_modifyitems
 
-    items = [_Item("tmp_path", "review"), _Item("fork_servers"), _Item("tmp_path", "github")]
+    items = [_Item("tmp_path", "github"), _Item("tmp_path", "review"), _Item("fork_servers")]
     pytest_collection_modifyitems(items)  # type: ignore[arg-type]
+    # Marked, and run first (the fast tests fill the end of both workers' time).
+    assert [i.fixturenames[-1] for i in items] == ["review", "fork_servers", "github"]
     assert [[m.name for m in i.marks] for i in items] == [["e2e"], ["e2e"], []]
