@@ -236,6 +236,16 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     base = check_tree(request.base, "--base")
     head = check_tree(request.head, "--head")
     revision = head_revision(head, request.head_sha)
+    for folder, flag, reading in (
+        (request.record_base, "--record-base", False),
+        (request.reuse_base, "--reuse-base", True),
+    ):
+        if folder is not None and (
+            problem := store_problem(folder, flag, (base, head), request.out_dir, reading)
+        ):
+            raise UsageError(problem)
+    if request.record_base is not None:
+        request.record_base.mkdir(parents=True, exist_ok=True)  # before the walls that hide it are built
     chosen = select_workloads(request.config, request.workloads)
     probes = select_probes(request.probes)
     base_python = check_python(request.base_python, "--base-python")
@@ -250,16 +260,6 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
             preflight.check_interpreter(python, flag, request.device)
     except preflight.SetupError as err:
         raise UsageError(str(err)) from None
-    for folder, flag, reading in (
-        (request.record_base, "--record-base", False),
-        (request.reuse_base, "--reuse-base", True),
-    ):
-        if folder is not None and (
-            problem := store_problem(folder, flag, (base, head), request.out_dir, reading)
-        ):
-            raise UsageError(problem)
-    if request.record_base is not None:
-        request.record_base.mkdir(parents=True, exist_ok=True)  # before the walls that hide it are built
     isolated = sandboxed()
     request.out_dir.mkdir(parents=True, exist_ok=True)
     run = ReviewRun(
