@@ -143,8 +143,8 @@ def test_a_store_inside_a_tree_or_missing_is_bad_input(
     (tmp_path / "file").write_text("")
     assert "not a folder" in (store_problem(tmp_path / "file", "--reuse-base", (base, head), out, True) or "")
     assert store_problem(tmp_path / "store", "--record-base", (base, head), out, False) is None
-    code = main(["review", "--base", str(base), "--head", str(head), "--out", str(out)]
-                + ["--reuse-base", str(tmp_path / "none")])  # fmt: skip
+    args = ["review", "--base", str(base), "--head", str(head), "--out", str(out)]
+    code = main([*args, "--reuse-base", str(tmp_path / "none")])
     assert code == 2
     assert "--reuse-base" in capsys.readouterr().err
 
