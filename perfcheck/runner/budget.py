@@ -106,14 +106,8 @@ class Step:
 
     def as_cost(self) -> StepCost:
         expected = round(self.expected_s, 1) if self.expected_s is not None else None
-        return StepCost(
-            step=self.name,
-            expected_s=expected,
-            spent_s=self.spent_s,
-            note=self.note,
-            parts_s=self.parts_s,
-            reused=self.reused,
-        )
+        cost = StepCost(step=self.name, expected_s=expected, spent_s=self.spent_s, note=self.note)
+        return cost.model_copy(update={"parts_s": self.parts_s, "reused": self.reused})
 
 
 class Budget:
