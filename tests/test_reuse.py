@@ -112,6 +112,9 @@ def test_only_a_finished_structural_result_with_its_reads_is_recordable() -> Non
     assert records.recordable(_result(read_files=None), True, entry)
     assert records.recordable(_result(side="head"), True, entry)
     assert records.recordable(_result(read_files=["other.py"]), True, entry)
+    sampled = _result(probe="compile", metrics={"backend": "eager", "graph_count": 1, "graph_break_count": 0,
+                      "recompile_count": 0, "cold_compile_s": 1.0, "latency": None})  # fmt: skip
+    assert records.as_recorded(sampled) is sampled  # nothing joined: recorded as it is
     assert records.entry_files("pkg.mod:build") == ("pkg/mod.py", "pkg/mod/__init__.py")
     assert records.entry_files("../ci/bench.py:build") == ()
 

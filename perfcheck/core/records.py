@@ -112,7 +112,7 @@ def entry_files(entry: str) -> tuple[str, ...]:
 def recordable(result: ProbeResult, reusable: bool, entry: str) -> str | None:
     """Why base's ``result`` cannot be recorded, or None: only a reusable probe's, finished (ok, or
     refused by torch: both are what the code is), with the files its process read, its entry
-    among them, and nothing in it measured (a compile probe that timed cache-cold compiles)."""
+    among them (``as_recorded`` leaves out what other processes measured and joined to it)."""
     if not reusable:
         return "its probe measures, and measures stay paired"
     if result.side != "base" or result.reused_from is not None:
@@ -123,9 +123,17 @@ def recordable(result: ProbeResult, reusable: bool, entry: str) -> str | None:
         return f"its process read more than {MAX_READ_FILES} files of the tree, or did not say"
     if not set(entry_files(entry)) & set(result.read_files):
         return "its workload's entry is not among the files it read (outside the tree?)"
-    if (result.metrics or {}).get("latency"):
-        return "it holds compile-latency samples, a measure"
     return None
+
+
+def as_recorded(result: ProbeResult) -> ProbeResult:
+    """``result`` as its probe process made it: compile-latency samples that this run's timing
+    processes made and joined to it (perfcheck/runner/latency_results.py) are a paired measure,
+    made again in every review, so they are never recorded. (A compile probe asked to measure
+    latency itself, whose spec has a latency plan, is not recorded at all.)"""
+    if not result.metrics.get("latency"):
+        return result
+    return result.model_copy(update={"metrics": {**result.metrics, "latency": None}})
 
 
 def make_record(

@@ -27,6 +27,7 @@ from perfcheck.core.records import (
     Record,
     RecordError,
     RecordKey,
+    as_recorded,
     file_name,
     lookup_prefix,
     make_record,
@@ -229,9 +230,9 @@ class BaseStore:
                 tool=tool_version(),
                 files={p: d for p, d in files.items() if d is not None},
             )
-            run_id = os.environ.get(RUN_ID_ENV)
+            run_id = os.environ.get(RUN_ID_ENV, "")
             record = make_record(
-                key, result, self.run.base_revision, run_id if run_id and run_id.isdigit() else None
+                key, as_recorded(result), self.run.base_revision, run_id if run_id.isdigit() else None
             )
             _write(folder, record)
             written += 1
