@@ -68,6 +68,15 @@ case "$mode" in
     if [[ -n "${PERFCHECK_SHA:-}" ]]; then args+=(--head-sha "$PERFCHECK_SHA"); fi
     args+=(--bisect "${PERFCHECK_BISECT:-never}")
     if [[ -n "${PERFCHECK_BASE_SHA:-}" ]]; then args+=(--base-sha "$PERFCHECK_BASE_SHA"); fi
+    if [[ -n "${PERFCHECK_RECORD_BASE:-}" ]]; then args+=(--record-base "$PERFCHECK_RECORD_BASE"); fi
+    if [[ -n "${PERFCHECK_REUSE_BASE:-}" ]]; then
+      if [[ -d "$PERFCHECK_REUSE_BASE" ]]; then
+        args+=(--reuse-base "$PERFCHECK_REUSE_BASE")
+      else
+        # No store restored (a first run, an evicted cache): base is probed, as without reuse.
+        echo "::notice title=perfcheck::no records to reuse (reuse-base folder not there); probing base"
+      fi
+    fi
     ;;
   report)
     mapfile -t results < <(printf '%s\n' "${PERFCHECK_PROBE_RESULTS:-}" | sed '/^[[:space:]]*$/d')

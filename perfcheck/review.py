@@ -33,6 +33,7 @@ from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import grouped, run_review
+from perfcheck.runner.reuse import store_problem
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.runner.sides import probe_env, side_walls
 from perfcheck.schema import ProbeResult, ProbeRun, Review, Shard, SideInfo, WorkloadReview
@@ -67,6 +68,9 @@ class ReviewRequest:
     # With config_origin "head": the PR's perfcheck.yml as read before any probe ran (from the head
     # commit where it is a checkout), which probes.json carries to the report job.
     head_config: str | None = None
+    # The store of base's structural results (perfcheck/runner/reuse.py).
+    record_base: Path | None = None
+    reuse_base: Path | None = None
 
 
 def git_revision(tree: Path) -> str | None:
@@ -232,6 +236,16 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     base = check_tree(request.base, "--base")
     head = check_tree(request.head, "--head")
     revision = head_revision(head, request.head_sha)
+    for folder, flag, reading in (
+        (request.record_base, "--record-base", False),
+        (request.reuse_base, "--reuse-base", True),
+    ):
+        if folder is not None and (
+            problem := store_problem(folder, flag, (base, head), request.out_dir, reading)
+        ):
+            raise UsageError(problem)
+    if request.record_base is not None:
+        request.record_base.mkdir(parents=True, exist_ok=True)  # before the walls that hide it are built
     chosen = select_workloads(request.config, request.workloads)
     probes = select_probes(request.probes)
     base_python = check_python(request.base_python, "--base-python")
@@ -258,6 +272,9 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
         out_dir=request.out_dir,
         jobs=request.jobs or default_jobs(request.device),
         sandboxed=isolated,
+        record_base=request.record_base,
+        reuse_base=request.reuse_base,
+        base_revision=git_revision(base),
     )
     if isolated and mine:
         check_walls(run)

@@ -47,6 +47,8 @@ def _request(args: argparse.Namespace) -> object:
         jobs=args.jobs,
         shard=parse_shard(getattr(args, "shard", None) or "1/1"),
         head_sha=getattr(args, "head_sha", None),
+        record_base=args.record_base,
+        reuse_base=args.reuse_base,
     )
 
 
@@ -289,6 +291,22 @@ def _probe_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--base-python", help="python interpreter for the base side (default: this one)")
     parser.add_argument("--head-python", help="python interpreter for the head side (default: this one)")
+    parser.add_argument(
+        "--record-base",
+        type=Path,
+        metavar="DIR",
+        help="record base's structural results (compile, export, amp, custom_ops) in DIR, keyed by "
+        "the content of the files each workload read, the config and the environment, for later "
+        "reviews to reuse: only in a trusted run, such as the default branch's (docs/security.md)",
+    )
+    parser.add_argument(
+        "--reuse-base",
+        type=Path,
+        metavar="DIR",
+        help="take base's structural results from records in DIR (--record-base) where this base's "
+        "files, config and environment match theirs, instead of probing base again; anything "
+        "else is probed (the log says why). Timing and every measure stay paired",
+    )
     parser.add_argument(
         "--jobs",
         type=positive,

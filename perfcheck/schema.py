@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     Field,
     PrivateAttr,
@@ -56,6 +57,40 @@ M = TypeVar("M", bound=BaseModel)
 COMPILE_STAGES: Final = ("dynamo", "aot_autograd", "inductor", "other")
 
 
+# What a probe process read from its side's tree is said in at most this many paths; a process
+# that read more says nothing (its result cannot be recorded for reuse: perfcheck/core/records.py).
+MAX_READ_FILES: Final = 2000
+
+
+def tree_path(path: str) -> str:
+    """``path`` where it names a file inside a tree: relative, with no ``..``, ``.`` or empty part,
+    of printable characters; else ValueError. Untrusted (a worker's, a record's): checked before
+    any of it is joined to a folder."""
+    parts = path.split("/")
+    if (
+        not path
+        or len(path) > 400
+        or path.startswith("/")
+        or any(p in ("", ".", "..") for p in parts)
+        or any(c < " " or c in "\x7f\\" for c in path)
+    ):
+        raise ValueError(f"not a relative path inside the tree: {path[:100]!r}")
+    return path
+
+
+TreePath = Annotated[str, AfterValidator(tree_path)]
+
+
+class Reused(Strict):
+    """Where a reused result came from: the run that recorded it (perfcheck/runner/reuse.py)."""
+
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$", description="base's commit then")
+    run: str | None = Field(
+        default=None, max_length=100, pattern=r"^[\w.-]*$", description="the recording run (GITHUB_RUN_ID)"
+    )
+    files: int = Field(ge=0, le=MAX_READ_FILES, description="the workload's files whose content matched")
+
+
 class ProbeResult(Strict):
     probe: str
     workload: str
@@ -73,6 +108,17 @@ class ProbeResult(Strict):
         "result` gives each probe's); empty where it measured nothing",
     )
     details: dict[str, Any] = {}
+    read_files: list[TreePath] | None = Field(
+        default=None,
+        max_length=MAX_READ_FILES,
+        description="the files of its tree the process read (imports and opens), where the run "
+        "was asked to record base's results for reuse (--record-base); None: not tracked",
+    )
+    reused_from: Reused | None = Field(
+        default=None,
+        description="not probed in this run: base's result recorded by an earlier run of the same "
+        "content, configuration and environment (--reuse-base)",
+    )
     # The metrics as the probe's own model, validated once: (the dict they were read from, the
     # model). A copy whose metrics were replaced (model_copy) no longer matches and validates anew.
     _typed: tuple[dict[str, Any], BaseModel] | None = PrivateAttr(default=None)
@@ -195,6 +241,7 @@ class StepCost(Strict):
         description="where a step of several parts spent its time, e.g. the timing step's "
         "'caches', 'set-up', 'pairs', 'compile latency' and 'ending'",
     )
+    reused: bool = Field(default=False, description="not run: a recorded result of base stands for it")
 
 
 class ReviewCosts(Strict):

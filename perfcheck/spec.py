@@ -79,6 +79,10 @@ class ProbeSpec(BaseModel):
     # The sandbox its processes run in; None: none (the machine has none and this is not Actions,
     # or PERFCHECK_SANDBOX=0). Read by the orchestrator, not the worker.
     walls: Walls | None = None
+    # Say which files of the tree the process read (``ProbeResult.read_files``): set for base's
+    # reusable probes of a run that records them (--record-base), and only there, since the audit
+    # hook that sees the reads is called on every audited event of the process.
+    track_reads: bool = False
 
     def section(self, model: type[S]) -> S:
         """A probe's config section, as its settings model (``model``): as the orchestrator sent

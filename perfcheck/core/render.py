@@ -70,9 +70,12 @@ def cost_line(costs: list[ReviewCosts]) -> str:
     budget = costs[0].budget_s
     groups: dict[str, list[float]] = {}
     skipped: dict[str, int] = {}
+    reused: dict[str, int] = {}
     for step in (s for c in costs for s in c.steps):
         kind = step.step.rsplit(" · ", 1)[-1]
-        if step.spent_s is None:
+        if step.reused:
+            reused[kind] = reused.get(kind, 0) + 1
+        elif step.spent_s is None:
             skipped[kind] = skipped.get(kind, 0) + 1
         else:
             groups.setdefault(kind, []).append(step.spent_s)
@@ -83,8 +86,34 @@ def cost_line(costs: list[ReviewCosts]) -> str:
         for kind, times in groups.items()
     ]
     parts += [f"{kind} not run" + (f" ×{n}" if n > 1 else "") for kind, n in skipped.items()]
+    parts += [f"base's {kind} reused" + (f" ×{n}" if n > 1 else "") for kind, n in reused.items()]
     shards = f" over {len(costs)} shards" if len(costs) > 1 else ""
     return f"{spent:.0f} s of the {budget:g} s budget{shards}: " + ", ".join(parts)
+
+
+def reuse_line(review: Review) -> str:
+    """What of base was not probed in this run but taken from a recorded run of the same content,
+    configuration and environment (perfcheck/runner/reuse.py), one sentence per recording run."""
+    runs: dict[tuple[str | None, str | None], tuple[dict[str, None], dict[str, None], int]] = {}
+    for wl in review.workloads:
+        for r in wl.base:
+            if r.reused_from is None:
+                continue
+            where = (r.reused_from.commit, r.reused_from.run)
+            probes_, names, files = runs.get(where, ({}, {}, 0))
+            probes_[r.probe] = None
+            names[wl.name] = None
+            runs[where] = (probes_, names, max(files, r.reused_from.files))
+    lines = []
+    for (commit, run), (probes_, names, files) in runs.items():
+        of = f" of {commit[:7]}" if commit else ""
+        run_id = f" (run {run})" if run else ""
+        workloads = f" for {len(names)} workloads" if len(names) > 1 else ""
+        lines.append(
+            f"Base reused: {', '.join(probes_)}{workloads} from the default-branch run{of}{run_id}, "
+            f"same content ({files} file{'s' if files != 1 else ''}), configuration and environment"
+        )
+    return " · ".join(lines)
 
 
 def _environment(results: list[ProbeResult]) -> Environment | None:
@@ -157,6 +186,7 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
         # it is shown as unverified, with the commands that check it.
         "bisect": bisect_markdown(review.bisect, from_probe_job=True) if review.bisect else "",
         "cost": cost_line(review.costs),
+        "reused": reuse_line(review),
         "cuts": [cut for c in review.costs for cut in c.cuts],
         "environment": environment_line(
             review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),

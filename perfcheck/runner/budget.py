@@ -94,6 +94,7 @@ class Step:
     note: str | None = None
     started: float = field(default=0.0)
     parts_s: dict[str, float] = field(default_factory=dict)
+    reused: bool = False  # not run: an earlier run's result stands for it
 
     def __post_init__(self) -> None:
         self.started = self.clock()
@@ -105,9 +106,8 @@ class Step:
 
     def as_cost(self) -> StepCost:
         expected = round(self.expected_s, 1) if self.expected_s is not None else None
-        return StepCost(
-            step=self.name, expected_s=expected, spent_s=self.spent_s, note=self.note, parts_s=self.parts_s
-        )
+        cost = StepCost(step=self.name, expected_s=expected, spent_s=self.spent_s, note=self.note)
+        return cost.model_copy(update={"parts_s": self.parts_s, "reused": self.reused})
 
 
 class Budget:
@@ -136,6 +136,11 @@ class Budget:
         with self._lock:
             self.steps.append(step)
         return step
+
+    def reused(self, name: str, where: str) -> None:
+        """A step that did not run because an earlier run's result stands for it (reuse.py)."""
+        with self._lock:
+            self.steps.append(Step(name, None, self.clock, spent_s=0.0, note=where, reused=True))
 
     def skip(self, name: str, expected_s: float | None, why: str) -> None:
         """A step that does not run, with why: in the steps and among the cuts."""

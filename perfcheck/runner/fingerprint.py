@@ -57,3 +57,28 @@ def environment(device: str) -> Environment:
         cpu=_cpu_model(),
         platform=f"{platform.system()} {platform.machine()} ({sys.implementation.name})",
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m perfcheck.runner.fingerprint DEVICE.json fd:N``: this interpreter's environment
+    on the device the file names (``{"device": "cuda"}``), as a probe process of it reports it. Run
+    by the orchestrator behind base's walls, where reused results are checked against it
+    (perfcheck/runner/reuse.py): it runs no code of any tree."""
+    import json
+
+    from perfcheck.runner.channel import write_result
+
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2:
+        print("usage: python -m perfcheck.runner.fingerprint DEVICE.json fd:N", file=sys.stderr)
+        return 2
+    with open(args[0], encoding="utf-8") as f:
+        device = str(json.load(f)["device"])
+    write_result(args[1], environment(device).model_dump_json())
+    return 0
+
+
+if __name__ == "__main__":
+    from perfcheck.runner.process_end import run_and_end
+
+    run_and_end(main)

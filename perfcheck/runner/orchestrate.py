@@ -35,6 +35,7 @@ from perfcheck.runner.probe_process import (
     probe_spec,
     run_probe,
 )
+from perfcheck.runner.reuse import BaseStore
 from perfcheck.runner.review_plan import follow_ups, parts_said, plan_line
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.runner.sides import (
@@ -44,7 +45,7 @@ from perfcheck.runner.sides import (
 from perfcheck.runner.timing import run_paired
 from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
-from perfcheck.spec import LatencyPlan
+from perfcheck.spec import LatencyPlan, ProbeSpec
 from perfcheck.stopping import STOPS
 
 
@@ -114,6 +115,8 @@ class _Review:
         self.progress = progress_factory(len(self.single) + len(self.paired) + len(latency_owed))
         self.latency = LatencyStage(run, self.workdir, forks, budget, self.progress, latency_at, latency_owed)
         self.base_compiles: dict[str, Future[ProbeResult]] = {}
+        # Base's recorded results, read now, before any probe runs (perfcheck/runner/reuse.py).
+        self.store = BaseStore(run, self.workdir, forks, self.progress.say)
         # Every result as it finishes (the latest of each workload, probe and side).
         self.kept: dict[tuple[str, str, str], ProbeResult] = {}
 
@@ -175,6 +178,7 @@ class _Review:
             finally:
                 self.latency.close_pending()  # stopped on the way: their workers end with the review
         self.latency.finish_owed()  # counted in the plan, and never measured
+        self.store.record(collected)  # every probe has ended: none of their processes runs now
         # The compile caches served their purpose; they can hold gigabytes, and the review keeps none.
         shutil.rmtree(workdir / "cache", ignore_errors=True)
         reaper.reap_orphans()
@@ -240,6 +244,13 @@ class _Review:
     def _one(self, item: Item) -> ProbeResult:
         wl, probe, side = item
         label = f"{side.side} · {wl.name} · {probe}"
+        spec = self.store.spec(self._spec(wl, probe, side))
+        reused = self.store.reused(spec)
+        if reused is not None:  # a recorded run of this content and environment probed it
+            self.budget.reused(label, "reused")
+            self.progress.begin(label).finish("reused")
+            self._keep([reused])
+            return reused
         cache, from_base = None, False
         if probe == "compile":
             # Its cold compile fills the cache the timing probe's processes of this side start from;
@@ -255,10 +266,6 @@ class _Review:
             return self._cut(item, label, expected, why)
         step = self.budget.begin(label, expected)
         task = self.progress.begin(label)
-        spec = probe_spec(self.run_, wl, probe, side)
-        if probe == "compile" and self.latency.latency_at[wl.name] == "compile probe":
-            plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
-            spec = spec.model_copy(update={"latency": plan})
         # Never past the review's budget: a probe still running when it is spent is stopped there,
         # and says so (not run to its end), rather than a probe that hung.
         deadline = self.budget.deadline()
@@ -287,6 +294,13 @@ class _Review:
         task.finish(_outcome(result))
         self._keep([result])
         return result
+
+    def _spec(self, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
+        spec = probe_spec(self.run_, wl, probe, side)
+        if probe == "compile" and self.latency.latency_at[wl.name] == "compile probe":
+            plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
+            spec = spec.model_copy(update={"latency": plan})
+        return spec
 
     def _cut(self, item: Item, label: str, expected: float, why: str) -> ProbeResult:
         """A per-side probe that does not run: the review's budget cannot pay for it."""

@@ -35,3 +35,9 @@ class ReviewRun:
     out_dir: Path = Path("perfcheck-out")
     jobs: int = 1
     sandboxed: bool = False  # each side's processes behind walls of their own (perfcheck/runner/sandbox.py)
+    # The store of base's structural results (perfcheck/runner/reuse.py): where this run records
+    # base's (a trusted run's --record-base), where it looks for them (--reuse-base); no probe
+    # process sees either folder.
+    record_base: Path | None = None
+    reuse_base: Path | None = None
+    base_revision: str | None = None  # base's commit, which a record names

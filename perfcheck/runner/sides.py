@@ -189,7 +189,9 @@ def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
     # find base's kernels and autotuning choices (perfcheck/runner/timing.py ``pair_caches``). Nothing of
     # the caches head's processes write is seen by base's.
     caches = () if side.side == "head" else (workdir / "cache",)
-    hidden = (other.tree.resolve(), *caches, workdir / "scratch", workdir / "files")
+    # The store of base's results: written by the orchestrator only, read by it only (reuse.py).
+    stores = tuple(p.resolve() for p in (run.record_base, run.reuse_base) if p is not None)
+    hidden = (other.tree.resolve(), *caches, workdir / "scratch", workdir / "files", *stores)
     # The folders the operator's environment imports from (PYTHONPATH, an editable install's
     # path entry), read-only, where they lie outside what the walls hide on purpose.
     visible += [

@@ -20,6 +20,7 @@ from perfcheck.runner.locate import exception_location, relative_path
 from perfcheck.runner.probes.base import Workload
 from perfcheck.runner.probes.lookup import get_probe
 from perfcheck.runner.process_end import run_and_end
+from perfcheck.runner.reads import Reads
 from perfcheck.schema import ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -80,6 +81,9 @@ def run(spec: ProbeSpec) -> ProbeResult:
     start = time.perf_counter()
     tree = Path(spec.tree)
     building = False  # True while the workload's own import and build() run
+    reads = Reads(tree) if spec.track_reads else None
+    if reads is not None:  # before any of the tree is imported
+        reads.start()
 
     def build() -> Workload:
         nonlocal building
@@ -111,6 +115,7 @@ def run(spec: ProbeSpec) -> ProbeResult:
         environment=environment(spec.device),
         metrics=metrics,
         details=details,
+        read_files=reads.files() if reads is not None else None,
     )
 
 

@@ -150,6 +150,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView)
 
 PROBE = ProbeKind(
     name="amp",
+    reusable=True,
     summary="matmul/conv-class ops left in fp32 under autocast, autocast-boundary breaks, fp32 GEMMs",
     compare=compare,
     rows=rows,

@@ -546,6 +546,7 @@ def overview(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview)
 
 PROBE = ProbeKind(
     name="compile",
+    reusable=True,
     summary="graphs, graph breaks with their source lines, recompiles, cold compile",
     default=True,
     compare=compare,

@@ -146,6 +146,7 @@ def _called_for(config: SettingsView, results: list[ProbeResult]) -> bool:
 
 PROBE = ProbeKind(
     name="custom_ops",
+    reusable=True,
     summary="torch.library.opcheck on the custom ops the workload calls, with their real arguments",
     compare=compare,
     rows=rows,

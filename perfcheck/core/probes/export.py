@@ -211,6 +211,7 @@ def overview(be: ProbeResult | None, he: ProbeResult | None, wl: WorkloadReview)
 
 PROBE = ProbeKind(
     name="export",
+    reusable=True,
     summary="the canonical torch.export graph: hash, op multiset, allow/deny lists, failures",
     default=True,
     compare=compare,

@@ -144,6 +144,11 @@ class ProbeKind:
     summary: str  # one line, for --help and the docs
     default: bool = False  # runs when neither --probes nor the workload's `probes` name any
     paired: bool = False  # base and head measured together, after the per-side probes
+    # Its result is structural (exact, no statistics): fixed by the files the workload read, the
+    # probe's config and the environment, so base's may be recorded by a default-branch run and
+    # reused by a PR's review instead of probing base again (perfcheck/core/records.py). Never for
+    # a probe whose result holds a measure (timing, profile, ddp, fsdp): those stay paired.
+    reusable: bool = False
     compare: Compare | None = None
     rows: Rows | None = None
     # The statuses both sides must have for ``compare`` to run (export compares failures too).
