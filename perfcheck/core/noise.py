@@ -31,8 +31,8 @@ METRICS: Final[dict[str, tuple[str, str]]] = {
     "step_ms": ("step time", "max_throughput_regression_pct"),
     "device_ms": ("device time", "max_throughput_regression_pct"),
     "host_ms": ("host issue time", "max_host_overhead_regression_pct"),
-    "compile_wall": ("compile latency (wall clock)", "max_compile_time_regression_pct"),
-    "compile_instructions": ("compile latency (instructions)", "max_compile_instructions_regression_pct"),
+    "compile_wall": ("compile time", "max_compile_time_regression_pct"),
+    "compile_instructions": ("compile instructions", "max_compile_instructions_regression_pct"),
 }
 
 # How many of the last A/A runs a summary covers unless asked otherwise.
