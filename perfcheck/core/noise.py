@@ -160,18 +160,19 @@ def review_runner_class(review: Review) -> str | None:
 
 
 def workload_outcome(review: Review, wl: WorkloadReview) -> Outcome:
-    """fail: an error finding of the workload stands (not acknowledged); inconclusive: one of its
-    probes or gates could not decide; else pass."""
+    """What the review's verdict was for this workload: fail where an error finding of it stands
+    (not acknowledged), inconclusive where a reason the review could not decide names it, else
+    pass. A gate's own undecided interval counts only where the review let it hold the verdict (a
+    wall-clock compile latency's does not: compile.py says why)."""
     if any(f.workload == wl.name and f.severity == "error" and f.ack is None for f in review.findings):
         return "fail"
-    # compare.py prefixes each reason with `workload/probe:`; matching the probes the workload ran
-    # keeps a workload named `a` from claiming the reasons of one named `a/b`.
+    # A reason starts `workload/probe:` (compare.py, the probes' comparators) or, the timing gate's,
+    # `workload:`. Matching the probes the workload ran keeps a workload named `a` from claiming
+    # the reasons of one named `a/b`.
     ran = {r.probe for r in [*wl.base, *wl.head]}
-    prefixes = tuple(f"{wl.name}/{p}:" for p in ran)
-    if prefixes and any(why.startswith(prefixes) for why in review.inconclusive):
-        return "inconclusive"
-    gates = [g.verdict for g in (wl.timing, wl.compile_latency) if g is not None]
-    return "inconclusive" if "inconclusive" in gates else "pass"
+    prefixes = (f"{wl.name}: ", *(f"{wl.name}/{p}:" for p in ran))
+    undecided = any(why.startswith(prefixes) for why in review.inconclusive)
+    return "inconclusive" if undecided else "pass"
 
 
 def deciding_estimates(wl: WorkloadReview) -> list[Estimate]:
