@@ -101,7 +101,8 @@ def svg_aa_spread(s: SpreadSeries) -> str:
     body += [
         f'<line x1="{_LEFT}" y1="{yb:.1f}" x2="{_LEFT + plot_w}" y2="{yb:.1f}" stroke="{_BUDGET}" '
         'stroke-dasharray="5 4" />',
-        f'<text x="{_LEFT + plot_w + 6}" y="{yb + 4:.1f}" fill="{_BUDGET}">budget +{s.budget_pct:g} %</text>',
+        f'<text x="{_LEFT + plot_w - 4}" y="{yb - 5:.1f}" text-anchor="end" fill="{_BUDGET}">'
+        f"budget +{s.budget_pct:g} %</text>",
     ]
     names = sorted({p.workload for p in s.points})
     colour = {w: _PALETTE[i % len(_PALETTE)] for i, w in enumerate(names)}
