@@ -390,6 +390,15 @@ def test_a_row_no_perfcheck_wrote_is_refused_not_counted(tmp_path: Path, demo: R
     warned: list[str] = []
     assert noise_footer(path, aa_review(demo), warned.append) == []
     assert warned and "left out of the comment" in warned[0]
+    assert main(["history", "noise", "--db", str(path)]) == 2
+    # A name longer than any perfcheck records is no name of its.
+    raw = sqlite3.connect(path)
+    raw.execute("UPDATE deciding_estimates SET ratio = 1.0")
+    raw.execute("UPDATE workload_outcomes SET workload = ?", ("w" * 5000,))
+    raw.commit()
+    raw.close()
+    with pytest.raises(HistoryError, match="an A/A row no perfcheck wrote"):
+        history.stored_aa_runs(path)
 
 
 # --- the command line, the comment, the plan and the report -------------------------------------
