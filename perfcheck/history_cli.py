@@ -114,13 +114,21 @@ def _fail(err: object) -> int:
     return EXIT_BAD_INPUT
 
 
+def _existing_store(args: argparse.Namespace) -> tuple[Path, sqlite3.Connection]:
+    """The store the options name, opened and migrated; ConfigError or HistoryError where it cannot
+    be (none there: the commands that read do not make one)."""
+    from perfcheck.core.history import open_store
+
+    path = _db_path(args)
+    return path, open_store(path, create=False)
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError
-    from perfcheck.core.history import HistoryError, open_store, trend, workloads
+    from perfcheck.core.history import HistoryError, trend, workloads
 
     try:
-        path = _db_path(args)
-        conn = open_store(path, create=False)
+        path, conn = _existing_store(args)
     except (ConfigError, HistoryError) as err:
         return _fail(err)
     try:
@@ -207,12 +215,11 @@ def _noise_doc(summaries: Sequence[Summary], warnings: Sequence[str], last: int,
 
 def _cmd_noise(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError
-    from perfcheck.core.history import HistoryError, aa_runs, open_store
+    from perfcheck.core.history import HistoryError, aa_runs
     from perfcheck.core.noise import budget_warnings, summarise
 
     try:
-        path = _db_path(args)
-        conn = open_store(path, create=False)
+        path, conn = _existing_store(args)
     except (ConfigError, HistoryError) as err:
         return _fail(err)
     try:
