@@ -9,6 +9,7 @@ estimates and outcomes each test needs in place of the demo's.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import sqlite3
 from collections.abc import Sequence
@@ -599,3 +600,47 @@ def test_two_real_aa_reviews_are_counted_and_shown(
     assert "compile time" in out  # compile latency was measured by wall clock
     html = (tmp_path / "out" / "report.html").read_text()
     assert f"A/A step time on {klass}" in html
+
+
+def test_publish_gives_the_footer_from_the_restored_store(tmp_path: Path, demo: Review) -> None:
+    from dataclasses import dataclass, field
+
+    from perfcheck.bot.gateway import DryRunGitHub
+    from perfcheck.bot.publish_flow import PublishSettings, publish
+
+    @dataclass
+    class Posted(DryRunGitHub):
+        bodies: list[str] = field(default_factory=list)
+
+        def create_comment(self, number: int, body: str, dedupe_key: str) -> int:
+            self.bodies.append(body)
+            return super().create_comment(number, body, dedupe_key)
+
+    db = store_of(tmp_path, [aa_review(demo, 1.01), aa_review(demo, 1.02, outcome="fail")])
+    pr = aa_review(demo, 1.3, head_sha="f" * 40)
+
+    def published(history: str) -> str:
+        settings = PublishSettings(
+            repository="acme/m",
+            sha="f" * 40,
+            pr_number=2,
+            status="completed",
+            review=pr,
+            config=parse_config(f"history: {history}", "perfcheck.yml"),
+            templates=None,
+            summary=None,
+            planned_by=None,
+            no_comment=False,
+            dry_run=True,
+            run_url=None,
+            step_summary=None,
+        )
+        port = Posted("acme/m", out=io.StringIO())  # the API calls it would make, printed
+        logged: list[str] = []
+        assert publish(settings, port, logged.append, logged.append) == 0
+        (body,) = port.bodies
+        return body
+
+    said = f"A/A on this runner ({EPYC_CLASS}), last 2 runs of classifier: 1 failed, 0 inconclusive"
+    assert said in published(f"{{enabled: true, path: '{db}'}}")
+    assert "A/A on this runner" not in published(f"{{enabled: false, path: '{db}'}}")
