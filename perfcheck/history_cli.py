@@ -1,4 +1,5 @@
-"""`perfcheck history` (a metric's trend over recorded reviews) and `perfcheck history record RESULT.json`.
+"""`perfcheck history` (a metric's trend over recorded reviews), `perfcheck history record RESULT.json`
+and `perfcheck history noise` (the gate's measured A/A error rates).
 
 Torch-free, like the bot: it reads result.json as untrusted data and talks only to the SQLite store.
 Exit codes: 0 done, 2 a bad database, result or config (the message names it).
@@ -7,9 +8,12 @@ Exit codes: 0 done, 2 a bad database, result or config (the message names it).
 from __future__ import annotations
 
 import argparse
+import json
 import sqlite3
 import sys
+import textwrap
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +24,7 @@ from perfcheck.trace_cli import table
 
 if TYPE_CHECKING:
     from perfcheck.core.history import TrendRow
+    from perfcheck.core.noise import Summary
 
 EXIT_BAD_INPUT = 2
 BLOCKS = "▁▂▃▄▅▆▇█"
@@ -109,13 +114,21 @@ def _fail(err: object) -> int:
     return EXIT_BAD_INPUT
 
 
+def _existing_store(args: argparse.Namespace) -> tuple[Path, sqlite3.Connection]:
+    """The store the options name, opened and migrated; ConfigError or HistoryError where it cannot
+    be (none there: the commands that read do not make one)."""
+    from perfcheck.core.history import open_store
+
+    path = _db_path(args)
+    return path, open_store(path, create=False)
+
+
 def _cmd_show(args: argparse.Namespace) -> int:
     from perfcheck.config import ConfigError
-    from perfcheck.core.history import HistoryError, open_store, trend, workloads
+    from perfcheck.core.history import HistoryError, trend, workloads
 
     try:
-        path = _db_path(args)
-        conn = open_store(path, create=False)
+        path, conn = _existing_store(args)
     except (ConfigError, HistoryError) as err:
         return _fail(err)
     try:
@@ -154,6 +167,85 @@ def _cmd_record(args: argparse.Namespace) -> int:
         f"workload(s), {len(review.findings)} finding(s)) in {path}",
         file=sys.stderr,
     )
+    return 0
+
+
+def _pct(x: float) -> str:
+    return f"{x:.2f} %"
+
+
+def render_noise(summaries: Sequence[Summary], warnings: Sequence[str], last: int, where: Path) -> str:
+    """A table per runner class: each workload's A/A runs, false alarms and inconclusives, and a row
+    per deciding metric with the spread of |head/base - 1|; then the budgets the noise outgrows."""
+    headers = ["workload", "runs", "false alarms", "inconclusive", "metric"]
+    headers += ["median |Δ|", "p95 |Δ|", "max |Δ|", "upper end", "budget"]
+    intro = (
+        f"A/A runs in {where} (base and head the same content; every fail is a false alarm), the "
+        f"last {last} per workload and runner class. |Δ|: |head/base - 1| of a deciding metric; "
+        "upper end: the median of its intervals' upper ends (a budget under it leaves an unchanged "
+        "tree undecided)."
+    )
+    blocks = [textwrap.fill(intro, 100)]
+    for klass in sorted({s.runner_class for s in summaries}):
+        mine = [s for s in summaries if s.runner_class == klass]
+        body: list[list[str]] = []
+        for s in mine:
+            counts = [s.workload, str(s.runs), str(s.failed), str(s.inconclusive)]
+            if not s.spreads:
+                body.append([*counts, "—", "", "", "", "", ""])
+            for i, x in enumerate(s.spreads):
+                figures = [_pct(x.median_pct), _pct(x.p95_pct), _pct(x.max_pct)]
+                figures += [f"{x.median_high_pct:+.2f} %", f"{x.budget_pct:g} %"]
+                body.append([*(counts if i == 0 else [""] * 4), x.label, *figures])
+        span = f"{min(s.first for s in mine)[:10]} … {max(s.last for s in mine)[:10]}"
+        title = f"{visible(klass, one_line=True)} · {span}"
+        blocks.append("\n".join([title, "", table(headers, body, "lrrrlrrrrr")]))
+    if warnings:
+        blocks.append("\n".join(["Budgets tighter than this noise:", *(f"- {w}" for w in warnings)]))
+    return "\n\n".join(blocks)
+
+
+def _noise_doc(summaries: Sequence[Summary], warnings: Sequence[str], last: int, where: Path) -> str:
+    summaries_doc = [
+        {**asdict(s), "spreads": [{**asdict(x), "label": x.label} for x in s.spreads]} for s in summaries
+    ]
+    doc = {"db": str(where), "last": last, "summaries": summaries_doc, "warnings": list(warnings)}
+    return json.dumps(doc, indent=1, ensure_ascii=False)
+
+
+def _cmd_noise(args: argparse.Namespace) -> int:
+    from perfcheck.config import ConfigError
+    from perfcheck.core.history import HistoryError, aa_runs
+    from perfcheck.core.noise import budget_warnings, summarise
+
+    try:
+        path, conn = _existing_store(args)
+    except (ConfigError, HistoryError) as err:
+        return _fail(err)
+    try:
+        runs = aa_runs(conn, args.runner_class, args.workload)
+    except (HistoryError, sqlite3.Error) as err:
+        return _fail(f"{path}: cannot read the A/A runs ({err})")
+    finally:
+        conn.close()
+    summaries = summarise(runs, args.last)
+    # Against the budget each metric was last judged by: what the gate holds this runner to now.
+    warnings = budget_warnings(summaries)
+    if args.json:
+        print(_noise_doc(summaries, warnings, args.last, path))
+    elif not summaries:
+        which = " ".join(
+            f"{flag} {visible(value, one_line=True)}"
+            for flag, value in (("--workload", args.workload), ("--runner-class", args.runner_class))
+            if value
+        )
+        print(
+            f"no A/A runs in {path}{' for ' + which if which else ''} yet: record reviews of the default "
+            "branch against itself (base and head the same commit, history.enabled: true), as "
+            "examples/workflows/perfcheck-aa-cpu.yml does"
+        )
+    else:
+        print(render_noise(summaries, warnings, args.last, path))
     return 0
 
 
@@ -209,3 +301,25 @@ def add_history_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentP
     rec.add_argument("--repo", help="the repository, owner/name")
     rec.add_argument("--pr", type=positive, help="the pull request number")
     rec.set_defaults(func=_cmd_record)
+
+    noise = commands.add_parser(
+        "noise",
+        help="the gate's measured error rates: A/A runs per workload and runner class",
+        description="Read the A/A reviews in the history store (base and head the same commit, as "
+        "the default branch's scheduled run records them) and print, per workload and runner class, "
+        "the runs, the false alarms (a fail on an unchanged tree), the inconclusives and the spread "
+        "of each deciding metric (|head/base - 1|: median, p95 by nearest rank, max; and the median "
+        "upper end of its interval), then the budgets tighter than that noise. Needs no torch.",
+        epilog=EPILOG,
+    )
+    _store_options(noise, argparse.SUPPRESS)
+    noise.add_argument("--workload", default=argparse.SUPPRESS, help="only this workload")
+    noise.add_argument("--runner-class", help="only this runner class, e.g. 'cuda:NVIDIA H200'")
+    noise.add_argument(
+        "--last",
+        type=positive,
+        default=30,
+        help="newest A/A runs per workload and runner class (default %(default)s)",
+    )
+    noise.add_argument("--json", action="store_true", help="one JSON document instead of the tables")
+    noise.set_defaults(func=_cmd_noise)

@@ -231,6 +231,12 @@ class Environment(Strict):
     gpu_name: str | None = None
     gpu_count: int = 0
     cpu: str | None = None
+    cpu_count: int | None = Field(
+        default=None,
+        ge=1,
+        description="the machine's logical CPUs (os.cpu_count, not the process's affinity: a timing "
+        "worker pinned to one core still runs on the same runner); part of the runner class",
+    )
     platform: str | None = None
 
 

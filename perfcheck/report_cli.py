@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import sqlite3
 import sys
 from pathlib import Path
+from typing import Any
 
 from perfcheck.argtypes import positive
 
@@ -20,24 +22,28 @@ class _NoHistory(Exception):
     """The history store is unusable; the message says why."""
 
 
-def _history_heatmap(db: Path, reviews: int) -> dict[tuple[str, str], int] | None:
-    """Break counts over the store's last ``reviews`` reviews; None when this perfcheck has no
-    history reader, so the report falls back to the review's own breaks."""
+def _from_history(db: Path, reviews: int) -> tuple[dict[tuple[str, str], int] | None, list[Any]]:
+    """Break counts over the store's last ``reviews`` reviews and its A/A runs (plotted over time);
+    (None, []) when this perfcheck has no history reader, so the report falls back to the review's
+    own breaks."""
     try:
         history = importlib.import_module("perfcheck.core.history")
     except ImportError:
-        return None
+        return None, []
     if not hasattr(history, "break_heatmap") or not hasattr(history, "open_store"):
-        return None
+        return None, []
     try:
         conn = history.open_store(db, create=False)
     except history.HistoryError as err:
         raise _NoHistory(str(err)) from None
     try:
         counts: dict[tuple[str, str], int] = history.break_heatmap(conn, reviews)
+        aa_runs: list[Any] = history.aa_runs(conn)
+    except (history.HistoryError, sqlite3.Error) as err:
+        raise _NoHistory(f"{db}: cannot read the history ({err})") from None
     finally:
         conn.close()
-    return counts
+    return counts, aa_runs
 
 
 def _cmd_html(args: argparse.Namespace) -> int:
@@ -49,11 +55,11 @@ def _cmd_html(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, Path.cwd())  # first: its plugins' categories are known then
         review = load_review(args.result)
-        heatmap = _history_heatmap(args.history, args.last) if args.history else None
+        heatmap, aa_runs = _from_history(args.history, args.last) if args.history else (None, [])
     except (ConfigError, ContractError, _NoHistory) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    html = render_html(review, heatmap=heatmap, template_dir=args.templates, matrix=merged(config.matrix))
+    html = render_html(review, heatmap, args.templates, merged(config.matrix), aa_runs)
     if args.out is None:
         sys.stdout.write(html)
         return 0
@@ -93,7 +99,8 @@ def add_html_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         dest="history",
         type=Path,
         help="a history database (as `perfcheck history --db`): the heatmap then shows graph breaks "
-        "across its recent reviews instead of this review's new ones",
+        "across its recent reviews instead of this review's new ones, and its A/A runs are plotted "
+        "(each deciding metric's estimate per run, against its budget)",
     )
     html.add_argument(
         "--last",

@@ -24,6 +24,7 @@ from perfcheck.bisect_schema import BisectDoc
 from perfcheck.bot import acks
 from perfcheck.config import Config, first_adoption_config, follow_up_probes, planned_probes, probe_names
 from perfcheck.core import bisect as bisect_search
+from perfcheck.core import history
 from perfcheck.core.compare import compare, verdict_of
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
@@ -510,20 +511,25 @@ def report(
             "rerun": rerun,
         }
     )
-    comment = render_comment(review, template_dir, matrix=merged(config.matrix))
+    # The A/A runs recorded before this review: the gate's measured error rates on its runner.
+    noise = history.noise_footer(Path(config.history.path), review, _warn) if config.history.enabled else []
+    comment = render_comment(review, template_dir, matrix=merged(config.matrix), noise=noise)
     out_dir.mkdir(parents=True, exist_ok=True)
     # The review is on disk before anything else can fail (a busy history store, say).
     write_whole(out_dir / "result.json", review.model_dump_json(indent=1))
     write_whole(out_dir / "comment.md", comment)
-    heatmap = None
+    heatmap, aa_runs = None, None
     if config.history.enabled and stopped is None:  # a stopped review's figures are no trend
-        from perfcheck.core import history
-
         with contextlib.closing(history.open_store(Path(config.history.path))) as store:
             history.record(store, review, repository=None, pr=None)
-            heatmap = history.break_heatmap(store, 50)
-    (out_dir / "report.html").write_text(render_html(review, heatmap, template_dir, merged(config.matrix)))
+            heatmap, aa_runs = history.break_heatmap(store, 50), history.aa_runs(store)
+    html = render_html(review, heatmap, template_dir, merged(config.matrix), aa_runs)
+    (out_dir / "report.html").write_text(html)
     return review, comment
+
+
+def _warn(line: str) -> None:
+    print(f"perfcheck: warning: {line}", file=sys.stderr)
 
 
 RERUN_OPTIONS = ("--config", "--device", "--base-python", "--head-python")

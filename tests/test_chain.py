@@ -411,3 +411,113 @@ def test_a_failing_pull_request_of_several_commits_names_the_commit_in_the_comme
     assert "New graph break" in body and "Where each finding came from" in body
     section = body[body.index("Where each finding came from") :]
     assert f"`{item_sha[:10]}` log the activation scale (Ada)" in section, section[:2000]
+
+
+AA_CONFIG = """\
+workloads:
+  - name: classifier
+    entry: model.py:build
+compile:
+  backend: aot_eager
+timing: {compiled: false, processes: 2, max_processes: 2}
+history:
+  enabled: true
+"""
+AA_WORKFLOWS = ("perfcheck-aa-cpu.yml", "perfcheck-aa.yml")
+STORE = ".perfcheck/history.sqlite"  # history.path's default, which the workflows cache
+
+
+def _cache_steps(workflow: str) -> list[tuple[str, dict[str, Any]]]:
+    """(job, step) of every actions/cache step of a workflow."""
+    doc = yaml.safe_load((WORKFLOWS / workflow).read_text())
+    return [
+        (job, step)
+        for job, body in doc["jobs"].items()
+        for step in body["steps"]
+        if str(step.get("uses", "")).startswith("actions/cache/")
+    ]
+
+
+def test_the_aa_workflows_keep_one_store_that_the_pull_request_workflows_only_read() -> None:
+    from perfcheck.settings import HistoryConfig
+
+    assert HistoryConfig().path == STORE
+    for workflow in AA_WORKFLOWS:
+        doc = yaml.safe_load((WORKFLOWS / workflow).read_text())
+        triggers = doc[True]  # YAML 1.1 reads the key `on` as true
+        assert set(triggers) >= {"schedule", "push"} and triggers["push"]["branches"]
+        assert doc["concurrency"] == {"group": "perfcheck-aa", "cancel-in-progress": False}
+        (probe_step,) = perfcheck_steps(workflow, "probe")
+        assert probe_step["with"]["sha"] == "${{ github.sha }}"  # base and head: this one commit
+        checkouts = [s for s in doc["jobs"]["probe"]["steps"] if "actions/checkout@" in s.get("uses", "")]
+        assert [s["with"]["path"] for s in checkouts] == ["base", "head"]
+        assert all("ref" not in s["with"] for s in checkouts)  # both the commit that triggered the run
+        steps = _cache_steps(workflow)
+        assert [(job, s["uses"].split("@")[0]) for job, s in steps] == [
+            ("record", "actions/cache/restore"),
+            ("record", "actions/cache/save"),
+        ]
+        restore, save = (s["with"] for _, s in steps)
+        assert restore["path"] == save["path"] == STORE and restore["key"] == save["key"]
+        assert (
+            restore["key"].startswith(restore["restore-keys"])
+            and doc["jobs"]["record"]["runs-on"] == "ubuntu-latest"
+        )
+    # The PR workflows restore the same entry, on hosted runners, and never save it.
+    for workflow, job in (
+        ("perfcheck.yml", "plan"),
+        ("perfcheck-cpu.yml", "plan"),
+        ("perfcheck-publish.yml", "publish"),
+    ):
+        ((where, step),) = _cache_steps(workflow)
+        assert where == job and step["uses"].startswith("actions/cache/restore@")
+        assert step["with"]["path"] == STORE and step["with"]["restore-keys"] == "perfcheck-history-"
+
+
+@pytest.mark.e2e
+def test_the_cpu_aa_workflow_records_an_aa_run_that_history_noise_counts(
+    fake_github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from perfcheck.cli import main
+
+    origin = tmp_path / "origin"
+    origin.mkdir()
+    git(origin, "init", "-q", "-b", "main")
+    sha = git_commit(
+        origin,
+        "a classifier",
+        {"model.py": (DEMO / "base" / "model.py").read_text(), "perfcheck.yml": AA_CONFIG},
+    )
+    runner = Runner(fake_github, tmp_path, {"install": "false", "python": sys.executable})
+    event = {"ref": "refs/heads/main", "after": sha, "repository": {"full_name": REPO}}
+
+    def clone(dest: Path) -> Path:  # actions/checkout of github.sha
+        subprocess.run(["git", "clone", "-q", str(origin), str(dest)], check=True)
+        return dest
+
+    # Job `probe`: the default branch's commit checked out twice, as base and head.
+    ws = tmp_path / "probe"
+    clone(ws / "base")
+    clone(ws / "head")
+    (probe_step,) = perfcheck_steps("perfcheck-aa-cpu.yml", "probe")
+    done, _ = runner.step(
+        {k: resolve(v, {"github.sha": sha}) for k, v in probe_step["with"].items()}, ws, "push", event
+    )
+    assert done.returncode == 0, done.stderr
+
+    # Job `record`: the default branch at the root, the probes downloaded, the store restored
+    # (none yet: the first run), the review recorded in it.
+    record_ws = clone(tmp_path / "record")
+    (record_ws / "artifacts").mkdir()
+    shutil.copy(ws / "perfcheck-out" / "probes.json", record_ws / "artifacts")
+    (report_step,) = perfcheck_steps("perfcheck-aa-cpu.yml", "record")
+    done, out = runner.step(dict(report_step["with"]), record_ws, "push", event)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((record_ws / "perfcheck-out" / "result.json").read_text())
+    assert result["base"]["revision"] == result["head"]["revision"] == sha
+    assert out["verdict"] == result["verdict"]  # whatever it is, the step did not fail on it
+
+    assert main(["history", "noise", "--db", str(record_ws / STORE)]) == 0
+    shown = capsys.readouterr().out
+    row = next(line for line in shown.splitlines() if line.startswith("classifier "))
+    assert row.split()[:2] == ["classifier", "1"] and "step time" in row, shown

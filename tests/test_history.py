@@ -58,10 +58,11 @@ def test_open_store_creates_the_file_and_its_folders_at_the_latest_version(tmp_p
     path = tmp_path / "deep" / "er" / "history.sqlite"
     open_store(path).close()
     assert path.is_file()
-    assert version(path) == LATEST == 2
+    assert version(path) == LATEST == 3
     # Opening again is a no-op, not a second migration.
     conn = open_store(path)
-    assert {"reviews", "findings", "workload_metrics"} <= tables(conn)
+    assert {"reviews", "findings", "workload_metrics", "workload_outcomes"} <= tables(conn)
+    assert "deciding_estimates" in tables(conn)
     conn.close()
 
 
@@ -211,6 +212,8 @@ def test_a_v1_store_migrates_forward_with_its_rows_intact(tmp_path: Path, demo: 
         "head_revision": "bbbb",
         "tool_version": "0.0.9",
         "repository": None,
+        "runner_class": None,  # v3: not known for a review recorded before it
+        "aa": 0,
     }
     assert conn.execute("SELECT COUNT(*) FROM findings").fetchone()[0] == 2
     assert "workload_metrics" in tables(conn)

@@ -80,6 +80,24 @@ def outputs(decided: Plan) -> dict[str, object]:
     }
 
 
+def budget_warnings(config: Config, device: str | None) -> list[str]:
+    """The budgets of ``config`` tighter than the A/A noise its history store measured on the
+    runners of ``device`` (every runner class where the plan names no device), each naming the
+    setting and the figure; none without history or A/A runs. Warnings only: the plan stands."""
+    if not config.history.enabled:
+        return []
+    from perfcheck.core import noise
+    from perfcheck.core.history import HistoryError, stored_aa_runs
+
+    try:
+        runs = stored_aa_runs(Path(config.history.path))
+    except HistoryError as err:
+        return [f"the A/A runs could not be read, so the budgets are not checked against them: {err}"]
+    if device:
+        runs = [r for r in runs if r.runner_class.startswith(f"{device}:")]
+    return noise.budget_warnings(noise.summarise(runs), noise.config_budgets(config.budgets))
+
+
 def run(s: PlanSettings, port: GitHubPort | None, log: Log, show: Log) -> int:
     """Decide (with what ``port`` looks up; without a port, from the event alone), show the plan,
     write it to OUT/plan.json and the step outputs, and answer when asked to."""
@@ -87,6 +105,9 @@ def run(s: PlanSettings, port: GitHubPort | None, log: Log, show: Log) -> int:
         ctx = lookup_context(s.event, s.config, port) if port is not None else Context(config=s.config)
         decided = decide(s.event_name, s.event, ctx)
         show(decided.model_dump_json(indent=2))
+        if decided.run:
+            for line in budget_warnings(s.config, decided.device):
+                log(f"warning: {line}")
         if s.out is not None:
             s.out.mkdir(parents=True, exist_ok=True)
             (s.out / "plan.json").write_text(decided.model_dump_json(indent=2))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -94,14 +95,17 @@ def comment_body(
     run: str,
     template_dir: Path | None = None,
     matrix: dict[str, Entry] | None = None,
+    noise: Sequence[str] = (),
 ) -> str:
+    """``noise``: the footer's lines on the gate's A/A rates on this runner (render_comment)."""
     state = CommentState(review.verdict, target.head_sha, run).line()
     pointer = "The comment was cut to fit GitHub's limit; the full review is `result.json`" + (
         f" in the [workflow run's artifacts]({markdown.url(target.details_url)})."
         if target.details_url
         else "."
     )
-    body = render_comment(review, template_dir, pointer, limit=COMMENT_LIMIT - len(state) - 1, matrix=matrix)
+    limit = COMMENT_LIMIT - len(state) - 1
+    body = render_comment(review, template_dir, pointer, limit=limit, matrix=matrix, noise=noise)
     return f"{state}\n{body}"
 
 
@@ -179,11 +183,12 @@ def publish_review(
     cfg: GitHubConfig,
     template_dir: Path | None = None,
     matrix: dict[str, Entry] | None = None,
+    noise: Sequence[str] = (),
 ) -> Outcome:
     run = secrets.token_hex(8)
     comment, comment_id = "not posted: no open pull request for this commit", None
     if target.pr_number is not None:
-        body = comment_body(review, target, run, template_dir, matrix)
+        body = comment_body(review, target, run, template_dir, matrix, noise)
         action = decide_comment(port.comments_with(target.pr_number, STATE_PREFIX), review.verdict, body)
         if action.kind == "create":
             comment_id = port.create_comment(target.pr_number, body, dedupe_key=f"run={run}")

@@ -201,6 +201,17 @@ def _bisect_checked(port: GitHubPort, review: Review, target: Target, log: Log) 
     return review.model_copy(update={"bisect": None})
 
 
+def _noise(config: Config, review: Review, log: Log) -> list[str]:
+    """The comment's lines on the gate's A/A rates on the review's runner class, as `report` gives
+    them: from the history store where history is enabled and the job has one (the A/A workflow's,
+    restored read-only); none otherwise."""
+    if not config.history.enabled:
+        return []
+    from perfcheck.core.history import noise_footer
+
+    return noise_footer(Path(config.history.path), review, lambda line: log(f"warning: {line}"))
+
+
 def publish(s: PublishSettings, port: GitHubPort, log: Log, show: Log) -> int:
     """Post the check run (and the PR comment) for ``s``; ``log`` says what happened, ``show``
     prints a review GitHub would not take, so that it is not lost. Returns the exit code."""
@@ -211,6 +222,7 @@ def publish(s: PublishSettings, port: GitHubPort, log: Log, show: Log) -> int:
             f.write(render_job_summary(s.review, s.templates, matrix=matrix) + "\n")
     target = Target(s.repository, s.sha, s.pr_number, s.run_url, s.planned_by)
     review = s.review
+    noise: list[str] = []
     try:
         target = _where(port, s, log)
         if review is None:  # --status queued or in_progress: no result yet
@@ -222,7 +234,8 @@ def publish(s: PublishSettings, port: GitHubPort, log: Log, show: Log) -> int:
             log(f"check {s.config.github.check_name!r} on {s.sha[:7]}: {status}")
             return EXIT_PUBLISHED
         review = _acknowledged(port, _bisect_checked(port, review, target, log), target, s.config)
-        outcome = publish_review(port, review, target, s.config.github, s.templates, matrix)
+        noise = _noise(s.config, review, log)
+        outcome = publish_review(port, review, target, s.config.github, s.templates, matrix, noise)
     except PublishRefused as err:
         log(str(err))
         return EXIT_BAD_INPUT
@@ -230,7 +243,7 @@ def publish(s: PublishSettings, port: GitHubPort, log: Log, show: Log) -> int:
         log(f"GitHub: {err}")
         if review is not None:
             log("the review was not posted; here it is, so it is not lost:")
-            show(comment_body(review, target, "0" * 16, s.templates, matrix))
+            show(comment_body(review, target, "0" * 16, s.templates, matrix, noise))
         return EXIT_GITHUB
     plural = "s" if outcome.annotations != 1 else ""
     log(

@@ -232,6 +232,11 @@ def _svg(width: int, height: int, label: str, body: list[str]) -> str:
     )
 
 
+# The frame every inline chart of the report is drawn in, for the charts of other modules
+# (perfcheck/core/noise_chart.py).
+svg_frame = _svg
+
+
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 

@@ -8,6 +8,7 @@ perfcheck's (a negative one), is refused rather than misread.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from perfcheck.core import noise
 from perfcheck.core.timing_gate import peak_memory, side_figure
 from perfcheck.measures import CompileMetrics, TimingMetrics
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview, probe_metrics
@@ -82,8 +84,39 @@ def _v2(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX metrics_by_series ON workload_metrics(workload, metric)")
 
 
+def _v3(conn: sqlite3.Connection) -> None:
+    # Where each review ran and whether base and head were the same content (an A/A run), so that
+    # the gate's own false alarms and spread can be read per runner class (perfcheck/core/noise.py).
+    # Earlier reviews keep no runner class and count as no A/A run: their outcomes were not kept.
+    conn.execute("ALTER TABLE reviews ADD COLUMN runner_class TEXT")
+    conn.execute("ALTER TABLE reviews ADD COLUMN aa INTEGER NOT NULL DEFAULT 0 CHECK (aa IN (0, 1))")
+    conn.execute(
+        """CREATE TABLE workload_outcomes (
+            review_id INTEGER NOT NULL REFERENCES reviews(id),
+            workload TEXT NOT NULL,
+            outcome TEXT NOT NULL CHECK (outcome IN ('pass', 'fail', 'inconclusive')),
+            PRIMARY KEY (review_id, workload)
+        )"""
+    )
+    # One row per deciding metric's estimate: a metric the gate comes to decide by later needs no
+    # further migration.
+    conn.execute(
+        """CREATE TABLE deciding_estimates (
+            review_id INTEGER NOT NULL REFERENCES reviews(id),
+            workload TEXT NOT NULL,
+            metric TEXT NOT NULL,
+            ratio REAL NOT NULL CHECK (ratio > 0),
+            ratio_low REAL NOT NULL CHECK (ratio_low > 0),
+            ratio_high REAL NOT NULL CHECK (ratio_high > 0),
+            budget_pct REAL NOT NULL,
+            PRIMARY KEY (review_id, workload, metric)
+        )"""
+    )
+    conn.execute("CREATE INDEX reviews_by_aa ON reviews(aa, runner_class, recorded_at)")
+
+
 # Append only: entry i takes a store from version i to i + 1. Never edit or drop a shipped step.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
 LATEST = len(MIGRATIONS)
 
 
@@ -247,7 +280,7 @@ def record(
     with _transaction(conn):
         cur = conn.execute(
             "INSERT INTO reviews (recorded_at, repository, pr, verdict, base_revision, head_revision, "
-            "tool_version) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "tool_version, runner_class, aa) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 when,
                 repository,
@@ -256,6 +289,8 @@ def record(
                 review.base.revision,
                 review.head.revision,
                 review.tool_version,
+                noise.review_runner_class(review),
+                int(noise.is_aa(review)),
             ),
         )
         review_id = cur.lastrowid
@@ -268,6 +303,19 @@ def record(
             "INSERT INTO findings (review_id, category, severity, workload, message, path, line, "
             "break_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             [(review_id, *finding_row(f)) for f in review.findings],
+        )
+        conn.executemany(
+            "INSERT INTO workload_outcomes (review_id, workload, outcome) VALUES (?, ?, ?)",
+            [(review_id, w.name, noise.workload_outcome(review, w)) for w in review.workloads],
+        )
+        conn.executemany(
+            "INSERT INTO deciding_estimates (review_id, workload, metric, ratio, ratio_low, ratio_high, "
+            "budget_pct) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [
+                (review_id, w.name, e.metric, e.ratio, e.ratio_low, e.ratio_high, e.budget_pct)
+                for w in review.workloads
+                for e in noise.deciding_estimates(w)
+            ],
         )
     return review_id
 
@@ -326,3 +374,113 @@ def break_heatmap(conn: sqlite3.Connection, limit_reviews: int) -> dict[tuple[st
         (UNKNOWN_BREAK, *feeding, limit_reviews, UNKNOWN_BREAK),
     ).fetchall()
     return {(w, b): int(n) for w, b, n in rows}
+
+
+# ---------------------------------------------------------------- A/A runs (perfcheck/core/noise.py)
+
+_NAME_MAX = 1000  # a workload's name or a runner class, as a store of perfcheck's holds them
+
+
+def _text(value: object, limit: int = _NAME_MAX) -> str | None:
+    return value if isinstance(value, str) and 0 < len(value) <= limit else None
+
+
+def _number(value: object, least: float, open_low: bool) -> float | None:
+    """A finite number above ``least`` (or at it, unless ``open_low``); None otherwise."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return None
+    return float(value) if value > least or (value == least and not open_low) else None
+
+
+def _estimates(conn: sqlite3.Connection) -> dict[tuple[int, str], list[noise.Estimate]]:
+    rows = conn.execute(
+        """SELECT e.review_id, e.workload, e.metric, e.ratio, e.ratio_low, e.ratio_high, e.budget_pct
+           FROM deciding_estimates e JOIN reviews r ON r.id = e.review_id
+           WHERE r.aa = 1
+           ORDER BY e.review_id, e.workload, e.metric"""
+    ).fetchall()
+    out: dict[tuple[int, str], list[noise.Estimate]] = {}
+    for review_id, workload, metric, ratio, low, high, budget in rows:
+        name, what = _text(workload), _text(metric, 100)
+        ratios = [_number(x, 0.0, open_low=True) for x in (ratio, low, high)]
+        budget_pct = _number(budget, 0.0, open_low=False)
+        if name is None or what is None or budget_pct is None or None in ratios:
+            raise HistoryError(f"review {review_id}: an estimate no perfcheck wrote ({metric!r}, {ratio!r})")
+        r, lo, hi = (x for x in ratios if x is not None)
+        out.setdefault((int(review_id), name), []).append(noise.Estimate(what, r, lo, hi, budget_pct))
+    return out
+
+
+def aa_runs(
+    conn: sqlite3.Connection, runner_class: str | None = None, workload: str | None = None
+) -> list[noise.WorkloadRun]:
+    """Every recorded A/A review's workloads with their outcome and deciding estimates, newest
+    first; only of ``runner_class`` / ``workload`` where given.
+
+    The store may have come from elsewhere (a cache restored into a job), so every row is checked
+    as perfcheck writes it before it counts: a row that does not fit is a HistoryError, never a
+    figure in a comment."""
+    where, params = ["r.aa = 1", "r.runner_class IS NOT NULL"], []
+    if runner_class is not None:
+        where.append("r.runner_class = ?")
+        params.append(runner_class)
+    if workload is not None:
+        where.append("o.workload = ?")
+        params.append(workload)
+    rows = conn.execute(
+        f"""SELECT r.id, r.recorded_at, r.runner_class, o.workload, o.outcome
+           FROM reviews r JOIN workload_outcomes o ON o.review_id = r.id
+           WHERE {" AND ".join(where)}
+           ORDER BY r.recorded_at DESC, r.id DESC""",  # the conditions are ours; values are parameters
+        params,
+    ).fetchall()
+    estimates = _estimates(conn)
+    out = []
+    for review_id, recorded_at, klass, name, outcome in rows:
+        fields = (_text(recorded_at, 64), _text(klass), _text(name))
+        if None in fields or outcome not in noise.OUTCOMES:
+            raise HistoryError(f"review {review_id}: an A/A row no perfcheck wrote ({outcome!r})")
+        when, klass_, name_ = (str(f) for f in fields)
+        out.append(
+            noise.WorkloadRun(
+                review_id=int(review_id),
+                recorded_at=when,
+                runner_class=klass_,
+                workload=name_,
+                outcome=outcome,
+                estimates=tuple(estimates.get((int(review_id), name_), ())),
+            )
+        )
+    return out
+
+
+def stored_aa_runs(path: Path, runner_class: str | None = None) -> list[noise.WorkloadRun]:
+    """The A/A runs of the store at ``path``; none where there is no store yet (a first run, a
+    cache not restored). A store that cannot be read is a HistoryError."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    conn = open_store(path, create=False)
+    try:
+        return aa_runs(conn, runner_class)
+    except sqlite3.Error as err:
+        raise HistoryError(f"{path}: cannot read the A/A runs ({err})") from None
+    finally:
+        conn.close()
+
+
+def noise_footer(
+    path: Path, review: Review, warn: Callable[[str], None], last: int = noise.DEFAULT_LAST
+) -> list[str]:
+    """The comment's lines on the gate's measured A/A rates on ``review``'s runner class (the
+    store's earlier runs); none where there are none. A store that cannot be read costs the
+    comment these lines only, said through ``warn``: the review itself stands."""
+    klass = noise.review_runner_class(review)
+    if klass is None:
+        return []
+    try:
+        runs = stored_aa_runs(path, klass)
+    except HistoryError as err:
+        warn(f"the A/A runs are left out of the comment: {err}")
+        return []
+    return noise.footer(noise.summarise(runs, last), klass, [w.name for w in review.workloads])

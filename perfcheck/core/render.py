@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,11 +202,14 @@ def render_comment(
     report_pointer: str = "",
     limit: int = COMMENT_LIMIT,
     matrix: dict[str, Entry] | None = None,
+    noise: Sequence[str] = (),
 ) -> str:
+    """``noise``: the footer's lines on the gate's measured A/A rates on this runner
+    (history.noise_footer), read from the history store where the caller has one."""
     body = (
         template_env(template_dir)
         .get_template("comment.md.j2")
-        .render(marker=MARKER, **review_context(review, matrix))
+        .render(marker=MARKER, noise=list(noise), **review_context(review, matrix))
     )
     pointer = (
         report_pointer or "The comment was cut to fit GitHub's limit; the full review is in `result.json`."

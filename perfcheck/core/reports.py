@@ -5,6 +5,7 @@ and a self-contained HTML report. Each is a Jinja template the project's own fol
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,9 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfcheck.core import charts, markdown, probes
+from perfcheck.core import charts, markdown, noise_chart, probes
 from perfcheck.core.matrix import Entry
+from perfcheck.core.noise import WorkloadRun
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.core.render import review_context, template_env, templates_dir
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
@@ -152,12 +154,15 @@ def _html_env(custom: Path | None) -> jinja2.Environment:
     return env
 
 
-def _html_charts(review: Review, heatmap: dict[tuple[str, str], int] | None) -> dict[str, Any]:
+def _html_charts(
+    review: Review, heatmap: dict[tuple[str, str], int] | None, aa_runs: Sequence[WorkloadRun]
+) -> dict[str, Any]:
     # The chart functions escape every name they draw, so their SVG is marked safe here and only here.
     counts = heatmap if heatmap is not None else charts.break_counts(review)
     steps = charts.step_figures(review)
     return {
         "heatmap": Markup(charts.svg_heatmap(counts)) if counts else None,
+        "aa": [Markup(noise_chart.svg_aa_spread(s)) for s in noise_chart.series(aa_runs)],
         "steps": steps,
         "kernels": {
             name: Markup(charts.svg_kernel_deltas(d, title=f"{name}: per-kernel time change per step"))
@@ -175,8 +180,9 @@ def render_html(
     heatmap: dict[tuple[str, str], int] | None = None,
     template_dir: Path | None = None,
     matrix: dict[str, Entry] | None = None,
+    aa_runs: Sequence[WorkloadRun] | None = None,
 ) -> str:
     """One self-contained HTML file; ``heatmap`` is the history store's break counts when there is one,
-    else the review's own new breaks are drawn."""
+    else the review's own new breaks are drawn; ``aa_runs``, the store's A/A runs, are plotted."""
     template = _html_env(template_dir).get_template("report.html.j2")
-    return template.render(**_context(review, matrix), charts=_html_charts(review, heatmap))
+    return template.render(**_context(review, matrix), charts=_html_charts(review, heatmap, aa_runs or ()))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 import sys
@@ -55,6 +56,7 @@ def environment(device: str) -> Environment:
         gpu_name=torch.cuda.get_device_name(0) if on_gpu else None,
         gpu_count=torch.cuda.device_count() if on_gpu else 0,
         cpu=_cpu_model(),
+        cpu_count=os.cpu_count(),
         platform=f"{platform.system()} {platform.machine()} ({sys.implementation.name})",
     )
 
