@@ -452,7 +452,7 @@ def test_the_aa_workflows_keep_one_store_that_the_pull_request_workflows_only_re
         checkouts = [s for s in doc["jobs"]["probe"]["steps"] if "actions/checkout@" in s.get("uses", "")]
         assert [s["with"]["path"] for s in checkouts] == ["base", "head"]
         assert all("ref" not in s["with"] for s in checkouts)  # both the commit that triggered the run
-        steps = _cache_steps(workflow)
+        steps = [(job, s) for job, s in _cache_steps(workflow) if s["with"]["path"] == STORE]
         assert [(job, s["uses"].split("@")[0]) for job, s in steps] == [
             ("record", "actions/cache/restore"),
             ("record", "actions/cache/save"),
@@ -463,13 +463,25 @@ def test_the_aa_workflows_keep_one_store_that_the_pull_request_workflows_only_re
             restore["key"].startswith(restore["restore-keys"])
             and doc["jobs"]["record"]["runs-on"] == "ubuntu-latest"
         )
+    # Base's records: saved by the CPU A/A run's probe job (the default branch's own code), restored
+    # read-only by the PR's probe job; no other workflow names them.
+    records = {
+        (workflow, job, s["uses"].split("@")[0])
+        for workflow in sorted(p.name for p in WORKFLOWS.glob("*.yml"))
+        for job, s in _cache_steps(workflow)
+        if s["with"]["path"] == "perfcheck-store"
+    }
+    assert records == {
+        ("perfcheck-aa-cpu.yml", "probe", "actions/cache/save"),
+        ("perfcheck-cpu.yml", "probe", "actions/cache/restore"),
+    }
     # The PR workflows restore the same entry, on hosted runners, and never save it.
     for workflow, job in (
         ("perfcheck.yml", "plan"),
         ("perfcheck-cpu.yml", "plan"),
         ("perfcheck-publish.yml", "publish"),
     ):
-        ((where, step),) = _cache_steps(workflow)
+        ((where, step),) = [(j, s) for j, s in _cache_steps(workflow) if s["with"]["path"] == STORE]
         assert where == job and step["uses"].startswith("actions/cache/restore@")
         assert step["with"]["path"] == STORE and step["with"]["restore-keys"] == "perfcheck-history-"
 
