@@ -119,6 +119,23 @@ def test_only_a_finished_structural_result_with_its_reads_is_recordable() -> Non
     assert records.entry_files("../ci/bench.py:build") == ()
 
 
+def test_a_built_in_workload_is_recorded_and_matched_without_tree_files() -> None:
+    """A built-in workload's code is perfcheck's own (the key's tool digest): it reads nothing of
+    the tree, and is recorded and reused on the key's other parts; a tree workload still needs its
+    entry among the files it read."""
+    empty = _result(read_files=[])
+    assert records.recordable(empty, True, "resnet50", built_in=True) is None
+    assert records.recordable(empty, True, "resnet50") is not None
+    record = make_record(_key({}), empty)
+    found = {"spec": "a" * 64, "tool": "t", "entry": "resnet50", "hashes": lambda paths: {}}
+    assert mismatch(record, **found, environment=lambda: ENV, built_in=True) is None  # type: ignore[arg-type]
+    assert mismatch(record, **found, environment=lambda: ENV) == "the workload's entry is not among its files"  # type: ignore[arg-type]
+    other = ENV.model_copy(update={"torch": "2.6.0"})
+    assert "another environment" in (
+        mismatch(record, **found, environment=lambda: other, built_in=True) or ""
+    )  # type: ignore[arg-type]
+
+
 def test_reads_keep_the_trees_files_read_not_written_nor_bytecode(tmp_path: Path) -> None:
     tree = write_tree(tmp_path / "tree", {"a.py": "", "data/x.txt": "", "__pycache__/a.pyc": ""})
     reads = Reads(tree)  # its hook is called by hand: an audit hook could never leave this process

@@ -109,10 +109,11 @@ def entry_files(entry: str) -> tuple[str, ...]:
         return ()
 
 
-def recordable(result: ProbeResult, reusable: bool, entry: str) -> str | None:
+def recordable(result: ProbeResult, reusable: bool, entry: str, built_in: bool = False) -> str | None:
     """Why base's ``result`` cannot be recorded, or None: only a reusable probe's, finished (ok, or
     refused by torch: both are what the code is), with the files its process read, its entry
-    among them (``as_recorded`` leaves out what other processes measured and joined to it)."""
+    among them (``as_recorded`` leaves out what other processes measured and joined to it). A
+    ``built_in`` workload's entry is perfcheck's own code, which the key's tool digest holds."""
     if not reusable:
         return "its probe measures, and measures stay paired"
     if result.side != "base" or result.reused_from is not None:
@@ -121,7 +122,7 @@ def recordable(result: ProbeResult, reusable: bool, entry: str) -> str | None:
         return f"it {result.status} (only a finished probe's result is the code's)"
     if result.read_files is None:
         return f"its process read more than {MAX_READ_FILES} files of the tree, or did not say"
-    if not set(entry_files(entry)) & set(result.read_files):
+    if not built_in and not set(entry_files(entry)) & set(result.read_files):
         return "its workload's entry is not among the files it read (outside the tree?)"
     return None
 
@@ -175,6 +176,7 @@ def mismatch(
     entry: str,
     hashes: Callable[[Iterable[str]], Mapping[str, str | None]],
     environment: Callable[[], Environment | None],
+    built_in: bool = False,
 ) -> str | None:
     """Why ``record`` is not this base's result, or None where it is. ``hashes``: the sha256 of each
     of the given files in this base's tree (None: no such file there); ``environment``: this run's
@@ -184,7 +186,7 @@ def mismatch(
         return "the probe's configuration differs"
     if key.tool != tool:
         return f"recorded by perfcheck {key.tool}, this is {tool}"
-    if not set(entry_files(entry)) & set(key.files):
+    if not built_in and not set(entry_files(entry)) & set(key.files):
         return "the workload's entry is not among its files"
     found = hashes(key.files)
     for path, digest in key.files.items():

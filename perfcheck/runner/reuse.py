@@ -43,6 +43,7 @@ from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.probe_process import run_module
 from perfcheck.runner.review_run import ReviewRun
 from perfcheck.runner.sides import probe_env, side_walls
+from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 from perfcheck.schema import ContractError, ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -190,6 +191,7 @@ class BaseStore:
                 entry=spec.workload.entry,
                 hashes=self._base_hashes,
                 environment=self.environment,
+                built_in=spec.workload.entry in BUILTIN_WORKLOADS,
             )
             if why is None:
                 self.say(
@@ -212,7 +214,7 @@ class BaseStore:
             if spec is None or result.side != "base":
                 continue
             label = f"base · {result.workload} · {result.probe}"
-            why = recordable(result, True, spec.workload.entry)
+            why = recordable(result, True, spec.workload.entry, spec.workload.entry in BUILTIN_WORKLOADS)
             files = self._base_hashes(result.read_files or [])
             if why is None and any(d is None for d in files.values()):
                 why = "a file it read is no longer in the tree"
