@@ -6,6 +6,11 @@
 #                                                        SWITCH pairs of the Llama attention switch in
 #                                                        $OUT/switch-TAG.json and one recorded device pass
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
+#   bench/h200.sh reuse [RUNS] [JOBS]                 -> $OUT/reuse-*.json, reuse-*.log (issue 41: the default GPU
+#                                                        suite's A/A recorded with --record-base, unless a store is
+#                                                        here already (bench-store/, carried); then up to RUNS A/A
+#                                                        reviews reusing it, whole processes, as many as fit CALL_S);
+#                                                        the store in $OUT/store/
 #   bench/h200.sh ttv CASES [JOBS]                    -> $OUT/ttv.json (bench/time_to_verdict.py: whole reviews,
 #                                                        default config and --jobs unless JOBS, each case timed; CASES e.g.
 #                                                        "suite llama-switch"), results in $OUT/ttv/
@@ -70,6 +75,36 @@ case "$1" in
       echo "processes: exit code $?"
       cat "$OUT/trust-$3.md"
     fi
+    ;;
+  reuse)
+    # Issue 41: the default GPU suite A/A with base's structural results reused, as a PR's review
+    # reuses the default branch's records. DEVICE and CONFIG only for trying the script elsewhere.
+    mkdir -p /tmp/tree /tmp/store
+    if [ -z "$(ls -A /tmp/store)" ] && [ -d bench-store ]; then cp bench-store/*.json /tmp/store/; fi
+    begin=$(date +%s)
+    call_s=${CALL_S:-570}
+    suite=(python3 -m perfcheck review --base /tmp/tree --head /tmp/tree --config "$PWD/${CONFIG:-bench/gpu-suite.yml}"
+           --device "${DEVICE:-cuda}" --jobs "${3:-4}")
+    if [ -z "$(ls -A /tmp/store)" ]; then
+      start=$(date +%s)
+      timeout $(( call_s - 30 )) "${suite[@]}" --out /tmp/reuse-record --record-base /tmp/store \
+        2> "$OUT/reuse-record.log" > /dev/null
+      echo "record (A/A, --record-base): exit code $? · wall $(( $(date +%s) - start )) s · $(ls /tmp/store | wc -l) records"
+      grep "^record:" "$OUT/reuse-record.log" | head -20
+      cp /tmp/reuse-record/result.json "$OUT/reuse-record.json" 2>/dev/null
+    fi
+    n=0
+    # Another reused review only where one has the 300 s it is to take, and a margin.
+    while [ $n -lt "${2:-5}" ] && [ $(( call_s - ($(date +%s) - begin) )) -ge "${RUN_S:-320}" ]; do
+      n=$((n + 1)); start=$(date +%s)
+      timeout $(( call_s - ($(date +%s) - begin) )) "${suite[@]}" --out "/tmp/reuse-$n" --reuse-base /tmp/store \
+        2> "$OUT/reuse-$n.log" > /dev/null
+      echo "reused A/A $n: exit code $? · wall $(( $(date +%s) - start )) s"
+      grep -E "^reuse:|^Base reused|Time:" "$OUT/reuse-$n.log" | head -16
+      cp "/tmp/reuse-$n/result.json" "$OUT/reuse-$n.json" 2>/dev/null
+      cp "/tmp/reuse-$n/comment.md" "$OUT/reuse-$n-comment.md" 2>/dev/null
+    done
+    mkdir -p "$OUT/store"; cp /tmp/store/*.json "$OUT/store/" 2>/dev/null
     ;;
   ttv)
     # Time to verdict (issue 28): each case one whole `perfcheck review` with the default config.

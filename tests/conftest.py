@@ -203,6 +203,23 @@ def review(tmp_path: Path, fork_servers: ForkServers) -> ReviewFn:
     return _review
 
 
+@pytest.fixture
+def registries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever a test registers in this process (a plugin a config names, say) is gone after it:
+    the other tests of its xdist worker see the built-in probes and categories only, whatever
+    order they run in."""
+    from perfcheck import vocabulary
+    from perfcheck.core import matrix, probes
+
+    monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
+    monkeypatch.setattr(probes, "_BUILT_IN", list(probes._BUILT_IN))
+    monkeypatch.setattr(vocabulary, "_CATEGORIES", list(vocabulary._CATEGORIES))
+    monkeypatch.setattr(vocabulary, "_METRICS", dict(vocabulary._METRICS))
+    matrix.known()  # the built-in probes' entries, validated before they are copied
+    monkeypatch.setattr(matrix, "_PROBES_OWN", dict(matrix._PROBES_OWN))
+    monkeypatch.syspath_prepend(str(REPO / "tests"))  # where tests/toyplugin is
+
+
 def perfcheck_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The real command in a fresh process, as a user runs it."""
     return subprocess.run(

@@ -56,8 +56,8 @@ def test_the_docs_show_their_config_blocks() -> None:
 
 
 @pytest.mark.parametrize(("where", "text"), documented_yaml_blocks(), ids=lambda v: v if ".md:" in v else "")
-def test_every_documented_config_block_parses(where: str, text: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(REPO / "tests"))  # the plugin block names tests/toyplugin
+@pytest.mark.usefixtures("registries")  # the plugin block names tests/toyplugin, which registers
+def test_every_documented_config_block_parses(where: str, text: str) -> None:
     parse_config(text, where)
 
 

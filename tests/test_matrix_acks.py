@@ -183,7 +183,6 @@ def _reviews(section: str) -> list[list[str]]:
 KINDS = [(kind.name, category) for kind in probes.built_in() for category in kind.raised()]
 
 
-@pytest.mark.e2e
 def test_every_category_is_raised_by_a_probe_that_says_so() -> None:
     assert {c for _, c in KINDS} == set(categories())
 

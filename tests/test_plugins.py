@@ -250,22 +250,6 @@ def test_a_probe_in_the_built_in_shape_explains_a_slower_step_in_the_same_review
     assert slower["evidence"]["explained_by"] == "the parameter growth (676 → 43012)"
 
 
-@pytest.fixture
-def registries(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Whatever a test registers in this process is gone after it: the other tests see the
-    built-in probes and categories only."""
-    from perfcheck import vocabulary
-    from perfcheck.core import matrix, probes
-
-    monkeypatch.setattr(probes, "_REGISTRY", dict(probes._REGISTRY))
-    monkeypatch.setattr(probes, "_BUILT_IN", list(probes._BUILT_IN))
-    monkeypatch.setattr(vocabulary, "_CATEGORIES", list(vocabulary._CATEGORIES))
-    monkeypatch.setattr(vocabulary, "_METRICS", dict(vocabulary._METRICS))
-    matrix.known()  # the built-in probes' entries, validated before they are copied
-    monkeypatch.setattr(matrix, "_PROBES_OWN", dict(matrix._PROBES_OWN))
-    monkeypatch.syspath_prepend(str(TESTS))
-
-
 @pytest.mark.usefixtures("registries")
 def test_plugin_mistakes_are_config_errors_that_name_the_key() -> None:
     cases = {
