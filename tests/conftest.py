@@ -159,10 +159,12 @@ def fast_config(extra: str = "", timeout: float = 300) -> Config:
 ReviewFn = Callable[..., Review]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServers]:
-    """One set of fork servers for a module's reviews, as a process running several reviews would
-    keep (perfcheck/runner/forkserver.py): torch is imported once per module, not once per review."""
+    """One set of fork servers for an xdist worker's reviews, as a process running several reviews
+    would keep (perfcheck/runner/forkserver.py): torch is imported once per environment a test
+    asks for (a server per interpreter and environment, at most four idle), not once per review or
+    per module. A test that ends a server, or needs a review's own, runs without this fixture."""
     with ForkServers(tmp_path_factory.mktemp("forkservers")) as servers:
         yield servers
 
