@@ -403,17 +403,19 @@ def test_the_first_timed_workloads_workers_set_up_while_the_last_per_side_probes
     from perfcheck.runner import orchestrate
 
     monkeypatch.setattr(orchestrate, "host_cores", lambda: 16)
-    # Slow in its compile probes only (the process's spec names its probe): its timing workers'
-    # builds, a dozen of them, need not wait too.
+    # Slow in its compile probes only (the process's spec names its probe; the probe builds the
+    # model three times, so about 10 s): its timing workers' builds need not wait too.
     slow = MODEL.replace(
         "def build(device):\n",
         "def build(device):\n    import sys\n    import time\n\n"
-        "    if any(a.endswith('-compile.spec.json') for a in sys.argv):\n        time.sleep(6)\n",
+        "    if any(a.endswith('-compile.spec.json') for a in sys.argv):\n        time.sleep(3)\n",
     )
     files = {"model.py": MODEL.replace("{change}", "pass"), "slow.py": slow.replace("{change}", "pass")}
     config = parse_config(
         "workloads:\n  - {name: slow, entry: slow.py:build}\n  - {name: quick, entry: model.py:build}\n"
-        "compile: {backend: aot_eager, measure: 'off'}\n" + LOOSE,
+        "compile: {backend: aot_eager, measure: 'off'}\n"
+        # When the pairs start is what this test reads, not how many there are.
+        "timing: {processes: 2, max_processes: 2}\n" + LOOSE,
         "two.yml",
     )
     result = review(
