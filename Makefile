@@ -42,7 +42,7 @@ test: setup $(OPENAPI)
 	if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 # The inner loop's lane: every test that starts no process (tests/conftest.py fails one that starts
-# python, perfcheck, torchrun or a script without the e2e mark), about two minutes on 2 cores.
+# python, perfcheck, torchrun or a script without the e2e mark), about half a minute on 2 cores.
 test-fast: setup $(OPENAPI)
 	@start=$$(date +%s); rc=0; \
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not e2e" $(PYTEST_ARGS) || rc=$$?; \
