@@ -24,6 +24,7 @@ from perfcheck.runner.budget import Budget
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.reads import Reads
 from perfcheck.runner.reuse import file_sha256, store_problem
+from perfcheck.runner.sides import SHARED_CACHE_ENV
 from perfcheck.schema import ProbeResult, Review
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import ProbeSpec
@@ -299,3 +300,39 @@ def test_edited_replayed_or_foreign_records_are_refused_and_base_probed(
     assert "another environment (torch differ)" in said
     assert "model.py differs" in said
     assert "probed afresh" in said
+
+
+@pytest.mark.e2e
+def test_where_the_review_measures_compile_latency_base_compiles_and_the_rest_is_reused(
+    tmp_path: Path,
+    fork_servers: ForkServers,
+    capfd: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Compile latency's cache-cold samples are made beside each side's own compile: a review that
+    measures them probes base's compile even where a record matches, and reuses the rest."""
+    monkeypatch.delenv(SHARED_CACHE_ENV, raising=False)  # cold caches: compile latency is measured
+    base = model_tree(tmp_path / "base")
+    store = tmp_path / "store"
+    store.mkdir()
+    # The samples made in the compiled timing workers (as by default), so that the compile probe's
+    # own result is recordable; two pairs, as few as the gate takes.
+    timing = "timing: {compiled: true, processes: 2, max_processes: 2}\n"
+    config = fast_config("  measure: wall\n  runs: 2\n" + timing)
+
+    def review(out: str, **where: Path) -> Review:
+        probes = ("compile", "export", "timing")
+        request = ReviewRequest(base, base, config, tmp_path / out, probes=probes, **where)
+        return run(request, fork_servers)[0]
+
+    review("rec", record_base=store)
+    assert sorted(p.name.split("-")[0] for p in store.iterdir()) == ["compile", "export"]
+    capfd.readouterr()
+    reused = review("pr", reuse_base=store)
+    log = capfd.readouterr().err
+    assert "reuse: base · net · compile: probed: this review measures compile latency beside it" in log
+    assert "reuse: base · net · export: reused" in log, log
+    [wl] = reused.workloads
+    reused_probes = {r.probe: r.reused_from is not None for r in wl.base}
+    assert reused_probes == {"compile": False, "export": True, "timing": False}
+    assert wl.compile_latency is not None and wl.compile_latency.pairs >= 2

@@ -40,6 +40,7 @@ from perfcheck.core.records import (
 from perfcheck.measures import Environment
 from perfcheck.runner import forkserver
 from perfcheck.runner.forkserver import ForkServers
+from perfcheck.runner.latency_results import latency_place
 from perfcheck.runner.probe_process import run_module
 from perfcheck.runner.review_run import ReviewRun
 from perfcheck.runner.sides import probe_env, side_walls
@@ -171,6 +172,13 @@ class BaseStore:
         label = f"base · {spec.workload.name} · {spec.probe}"
         if spec.latency is not None:
             self.say(f"reuse: {label}: probed: it measures compile latency here")
+            return None
+        if spec.probe == "compile" and latency_place(self.run, {"compile"}) is not None:
+            # Compile latency's cache-cold samples are made beside each side's own compile: without
+            # base's, base's samples were not what a cold review measures (an H100's default GPU
+            # suite A/A, base's compile reused: mlp's cache-cold compile 0.40 s on base against
+            # 1.04 s on head, a false alarm; 1.07 against 1.05 s with both compiled).
+            self.say(f"reuse: {label}: probed: this review measures compile latency beside it")
             return None
         digest = spec_digest(spec)
         names = sorted(n for n in self.snapshot if n.startswith(lookup_prefix(spec.probe, digest)))
