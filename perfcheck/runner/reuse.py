@@ -54,7 +54,8 @@ RUN_ID_ENV = "GITHUB_RUN_ID"
 
 
 def reusable(probe: str) -> bool:
-    return any(k.name == probe and k.reusable for k in probes.kinds())
+    kind = probes.get(probe)
+    return kind is not None and kind.reusable
 
 
 @cache
