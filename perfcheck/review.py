@@ -25,6 +25,7 @@ from perfcheck.bot import acks
 from perfcheck.config import Config, first_adoption_config, follow_up_probes, planned_probes, probe_names
 from perfcheck.core import bisect as bisect_search
 from perfcheck.core import history
+from perfcheck.core.causes import by_cause
 from perfcheck.core.compare import compare, verdict_of
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
@@ -177,6 +178,7 @@ def assemble(
             for wl in workloads
         ],
         findings=comparison.findings,
+        causes=by_cause(comparison.findings),
         inconclusive=inconclusive,
     )
     return draft.model_copy(update={"summary": headline(draft)})

@@ -44,7 +44,9 @@ from perfcheck.vocabulary import categories, metrics_model, metrics_models
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
 # 3: a probe's metrics are under ProbeResult.metrics, in its descriptor's metrics model, for every
 # probe (version 2 had a field per built-in probe: `compile`, `timing`, ...; ``upgraded_v2`` reads it).
-SCHEMA_VERSION: Final = 3
+# 4: a review's findings grouped by cause (Review.causes); a version 3 document is read as one
+# without (its groups are made from its findings when it is shown).
+SCHEMA_VERSION: Final = 4
 # The trace documents (`perfcheck trace ... --json`) did not change with version 3: they keep 2.
 TRACE_SCHEMA_VERSION: Final = 2
 
@@ -266,8 +268,26 @@ RERUN_DESCRIPTION = (
 )
 
 
+MAX_FINDINGS: Final = 5000
+
+
+class CauseGroup(Strict):
+    """Findings one change explains (perfcheck/core/causes.py): a cause met in one or more workloads
+    heading the effects it likely explains, or one finding with no cause in the review. Findings
+    are named by their index in the review's ``findings``."""
+
+    title: str = Field(max_length=2000, description="the cause's phrase, or the lone finding's title")
+    caused: bool = Field(description="headed by a cause (a structural change), not a finding alone")
+    leads: list[Annotated[int, Field(ge=0)]] = Field(
+        min_length=1, max_length=MAX_FINDINGS, description="the cause, once per workload it was met in"
+    )
+    effects: list[Annotated[int, Field(ge=0)]] = Field(
+        default=[], max_length=MAX_FINDINGS, description="what it likely explains"
+    )
+
+
 class Review(Strict):
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     tool_version: str
     verdict: Verdict
     summary: str
@@ -282,7 +302,13 @@ class Review(Strict):
     program: Program = Field(default="perfcheck", description="how perfcheck was run; its commands run it so")
     rerun: list[RerunArg] = Field(default=[], max_length=12, description=RERUN_DESCRIPTION)
     workloads: list[WorkloadReview]
-    findings: list[Finding]
+    findings: list[Finding] = Field(max_length=MAX_FINDINGS)
+    causes: list[CauseGroup] | None = Field(
+        default=None,
+        max_length=MAX_FINDINGS,
+        description="the findings grouped by what caused them, each finding in one group; none in a "
+        "document of version 3 or earlier",
+    )
     inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")
     expired_acks: list[ExpiredAck] = Field(
         default=[], description="acknowledgements of an earlier commit, which no longer cover the head"
@@ -293,6 +319,18 @@ class Review(Strict):
     costs: list[ReviewCosts] = Field(
         default=[], max_length=64, description="per shard: where the probes' time went, and what was cut"
     )
+
+    @model_validator(mode="after")
+    def _each_finding_in_one_group(self) -> Review:
+        if self.causes is None:
+            return self
+        named = [i for g in self.causes for i in (*g.leads, *g.effects)]
+        if sorted(named) != list(range(len(self.findings))):
+            raise ValueError(
+                f"causes: each of the {len(self.findings)} findings is to be in exactly one group, by its "
+                "index in findings"
+            )
+        return self
 
 
 class Shard(Strict):
@@ -312,7 +350,7 @@ class Shard(Strict):
 class ProbeRun(Strict):
     """What `perfcheck probe` writes: one shard's raw measurements, before any comparison."""
 
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     kind: Literal["probe-run"] = "probe-run"
     tool_version: str
     shard: Shard
@@ -453,11 +491,14 @@ def _load_versioned(model: type[M], path: Path) -> M:
     version = data.get("schema_version")
     if version == 2:
         # Written before version 3 (a history's earlier artifacts, a probe job of an older
-        # perfcheck): read as version 3 says the same, through the one validation path.
+        # perfcheck): read as version 4 says the same, through the one validation path.
         raw = json.dumps(upgraded_v2(data, str(path))).encode()
+    elif version == 3:
+        # Version 4 only added the groups by cause, which a version 3 document is read without.
+        raw = json.dumps({**data, "schema_version": SCHEMA_VERSION}).encode()
     elif version != SCHEMA_VERSION:
         raise ContractError(
-            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}, or 2)"
+            f"{path}: schema_version {version!r} is not supported (expected {SCHEMA_VERSION}, 3 or 2)"
         )
     return load_model(model, raw, str(path))
 

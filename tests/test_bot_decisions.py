@@ -152,7 +152,7 @@ def test_demo_review_has_one_annotation_and_fails() -> None:
     review = load_review(DATA / "demo-result.json")
     assert [a["path"] for a in annotations(review)] == ["model.py"]
     assert conclusion(review.verdict, GitHubConfig()) == "failure"
-    assert title(review).startswith("perfcheck: 3 regressions")
+    assert title(review).startswith("perfcheck: 2 regressions")
 
 
 def test_inconclusive_conclusion_is_configurable() -> None:

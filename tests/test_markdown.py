@@ -107,6 +107,7 @@ def test_urls_in_probe_text_link_nothing() -> None:
     """Issue 29: a break reason, an error message, an op name and a workload name holding URLs, in
     the comment rendered from a real review: they read the same, GitHub links none of them; the
     documentation links perfcheck writes stay links."""
+    from perfcheck.core.causes import grouped
     from perfcheck.core.render import render_comment
     from perfcheck.schema import load_review
 
@@ -121,6 +122,6 @@ def test_urls_in_probe_text_link_nothing() -> None:
     assert not AUTOLINK.search(_prose(comment)), AUTOLINK.findall(_prose(comment))
     assert "see https<!-- -->://evil.example/login" in comment  # still reads as the probe wrote it
     assert comment.replace("<!-- -->", "").count("https://evil.example/login") >= 3
-    # perfcheck's own links are untouched: one per finding's matrix entry
+    # perfcheck's own links are untouched: one per cause's matrix entry
     docs = re.findall(r"\[docs\]\((https://[^)]+)\)", comment)
-    assert len(docs) == len(review.findings) and all("<!--" not in d for d in docs)
+    assert len(docs) == len(grouped(review)) == 2 and all("<!--" not in d for d in docs)

@@ -12,6 +12,7 @@ import yaml
 from fakegithub import FakeGitHub
 
 from perfcheck.bot import acks
+from perfcheck.core.causes import grouped
 from perfcheck.config import ConfigError, parse_config
 from perfcheck.core import probes
 from perfcheck.core.matrix import MatrixError, known, merged, parse_matrix, register_probe_entries, resolve
@@ -225,7 +226,9 @@ def test_a_shared_category_is_explained_as_the_probe_that_raised_it() -> None:
 def test_the_demo_review_shows_each_findings_entry() -> None:
     review = load_review(DATA / "demo-result.json")
     comment = render_comment(review)
-    assert comment.count("Likely cause:") == comment.count("verify: `") == len(review.findings) == 3
+    # One section per cause: the break (with the slower steps under it) and the IR change.
+    assert comment.count("Likely cause:") == comment.count("verify: `") == len(grouped(review)) == 2
+    assert "- Slower steps: verify with `perfcheck review" in comment
     assert "capture_scalar_outputs = True`. · verify: `TORCH_LOGS=graph_breaks" in comment
 
 
@@ -291,7 +294,8 @@ def test_acked_findings_render_with_who_when_and_why() -> None:
     comment = render_comment(acks.apply(review, [note]))
     assert "Acknowledged by octocat on 2026-11-29" in comment
     assert "@org" not in comment.split("Acknowledged by", 1)[1].split("\n", 1)[0]  # the reason is inert
-    assert "1 acknowledged" in comment.splitlines()[1]
+    # The break is acknowledged; the slower steps it likely caused are not, so its cause still fails.
+    assert comment.splitlines()[1].startswith("### perfcheck ❌ 2 regressions")
 
 
 @pytest.mark.e2e
@@ -318,7 +322,9 @@ def test_publish_applies_writers_acks_from_the_pr(fake_github: FakeGitHub, tmp_p
     run = fake_github.check_runs(REPO, HEAD)[-1]
     assert run["conclusion"] == "success"  # every failing finding acknowledged by a writer
     review_comment = next(c for c in fake_github.comments(REPO, 2) if c["user"]["type"] == "Bot")
-    assert review_comment["body"].count("Acknowledged by Codertocat") == 3  # the demo's three findings
+    # the demo's three findings: two causes, the slower steps in the break's table
+    assert review_comment["body"].count("cknowledged by Codertocat") == 3
+    assert "### perfcheck ✅ no regressions · 2 acknowledged" in review_comment["body"]
     assert "outsider" not in review_comment["body"]
     assert json.loads((DATA / "demo-result.json").read_text())["verdict"] == "fail"  # the file is untouched
 

@@ -80,7 +80,7 @@ def test_check_summary_has_one_row_per_workload_and_a_line_per_finding() -> None
     rendered = render_check_summary(review)
     rows = [ln for ln in rendered.splitlines() if ln.startswith("| ") and "workload" not in ln]
     assert len(rows) == len(review.workloads)
-    assert rendered.startswith("## perfcheck ❌ 3 regressions")
+    assert rendered.startswith("## perfcheck ❌ 2 regressions")
     assert "1. **New graph break** in `model.py:17`" in rendered
 
 
@@ -140,7 +140,7 @@ def test_html_is_self_contained() -> None:
 def test_a_project_template_folder_overrides_each_report(tmp_path: Path) -> None:
     for name in ("check-summary.md.j2", "job-summary.md.j2", "report.html.j2"):
         (tmp_path / name).write_text(f"{name}: {{{{ headline }}}} {{{{ review.summary }}}}\n")
-    assert render_check_summary(demo(), tmp_path) == "check-summary.md.j2: 3 regressions 3 regressions\n"
+    assert render_check_summary(demo(), tmp_path) == "check-summary.md.j2: 2 regressions 3 regressions\n"
     assert render_job_summary(demo(), tmp_path).startswith("job-summary.md.j2: ")
     html = render_html(_hostile(demo()), template_dir=tmp_path)
     assert html.startswith("report.html.j2: ") and "&lt;script&gt;" in html and not URL.search(html)

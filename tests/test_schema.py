@@ -151,7 +151,7 @@ def test_hostile_results_are_refused_whole_not_a_traceback(tmp_path: Path) -> No
 DEMO_V2 = Path(__file__).parent / "data" / "demo-result.json"  # recorded by perfcheck 0.1, version 2
 
 
-def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp_path: Path) -> None:
+def test_a_recorded_version_2_result_reads_as_version_4_and_renders_the_same(tmp_path: Path) -> None:
     from perfcheck.core.probes.export import ExportMetrics
     from perfcheck.core.render import render_comment
     from perfcheck.measures import CompileMetrics, TimingMetrics
@@ -160,7 +160,7 @@ def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp
     raw = json.loads(DEMO_V2.read_text())
     assert raw["schema_version"] == 2 and "compile" in raw["workloads"][0]["base"][0]
     review = load_review(DEMO_V2)
-    assert review.schema_version == SCHEMA_VERSION == 3
+    assert review.schema_version == SCHEMA_VERSION == 4 and review.causes is None
     models = {"compile": CompileMetrics, "export": ExportMetrics, "timing": TimingMetrics}
     for wl, recorded in zip(review.workloads, raw["workloads"], strict=True):
         for side in ("base", "head"):
@@ -171,12 +171,12 @@ def test_a_recorded_version_2_result_reads_as_version_3_and_renders_the_same(tmp
                 assert [m for m in models.values() if m is not model and probe_metrics(r, m)] == []
     written = json.loads(review.model_dump_json())
     result = written["workloads"][0]["base"][0]
-    assert written["schema_version"] == 3 and not {"compile", "export", "timing", "trace"} & set(result)
+    assert written["schema_version"] == 4 and not {"compile", "export", "timing", "trace"} & set(result)
     again = load_review(write(tmp_path, written))
     assert again == review and render_comment(again) == render_comment(review)
 
 
-def test_a_version_2_probe_run_reads_as_version_3(tmp_path: Path) -> None:
+def test_a_version_2_probe_run_reads_as_version_4(tmp_path: Path) -> None:
     from perfcheck.measures import CompileMetrics
     from perfcheck.schema import load_probe_run, probe_metrics
 
@@ -192,7 +192,7 @@ def test_a_version_2_probe_run_reads_as_version_3(tmp_path: Path) -> None:
         "workloads": raw["workloads"],
     }
     run = load_probe_run(write(tmp_path, doc))
-    assert run.schema_version == 3
+    assert run.schema_version == 4
     compiled = probe_metrics(run.workloads[0].head[0], CompileMetrics)
     assert compiled is not None
     assert compiled.graph_count == raw["workloads"][0]["head"][0]["compile"]["graph_count"]

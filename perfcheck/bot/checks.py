@@ -10,6 +10,7 @@ import re
 from typing import Any, Literal
 
 from perfcheck.core import matrix
+from perfcheck.core.causes import grouped
 from perfcheck.core.render import COMMENT_LIMIT, headline
 from perfcheck.measures import Verdict
 from perfcheck.schema import Finding, Review
@@ -75,4 +76,28 @@ def annotation(finding: Finding) -> dict[str, Any] | None:
 
 
 def annotations(review: Review) -> list[dict[str, Any]]:
-    return [a for a in (annotation(f) for f in review.findings) if a is not None]
+    """One per cause, at its line (the first of the workloads it was met in that has one in the
+    repository), its effects said in the message; a finding with no cause, at its own line."""
+    out = []
+    for g in grouped(review):
+        placed = next((a for a in map(annotation, g.leads) if a is not None), None)
+        if placed is None:
+            continue
+        # The group's worst open finding; an acknowledged one fails nothing, so it is a notice.
+        placed["annotation_level"] = _LEVELS.get(g.state, "notice")
+        if len(g.workloads) > 1:
+            placed["title"] = _plain(
+                f"{matrix.title(g.leads[0].category)} · {', '.join(g.workloads)}", _TITLE_LIMIT
+            )
+        if g.effects:
+            effects = "; ".join(
+                f"{matrix.title(e.category)}"
+                + (f" ({said})" if (said := matrix.figure(e)) else "")
+                + f" in {e.workload}"
+                for e in g.effects
+            )
+            placed["message"] = _plain(
+                f"{placed['message']}\nWhat it likely caused: {effects}", _MESSAGE_LIMIT
+            )
+        out.append(placed)
+    return out

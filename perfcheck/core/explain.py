@@ -98,6 +98,17 @@ def fold_crashes(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+_LIKELY = "; likely from "
+
+
+def own_words(f: Finding) -> str:
+    """``f``'s message without the causes ``explain`` named in it: what a report shows where the
+    finding is listed under its cause already."""
+    if "explained_by" not in f.evidence or _LIKELY not in f.message:
+        return f.message
+    return f.message.rsplit(_LIKELY, 1)[0]
+
+
 def explain(findings: list[Finding]) -> list[Finding]:
     """``findings`` of one workload, each measured one naming the structural findings beside it,
     and what follows from a root cause folded under it."""
@@ -115,7 +126,7 @@ def explain(findings: list[Finding]) -> list[Finding]:
         if f.category in effects:
             f = f.model_copy(
                 update={
-                    "message": f"{f.message}; likely from {named}",
+                    "message": f"{f.message}{_LIKELY}{named}",
                     "evidence": {**f.evidence, "explained_by": "\n".join(causes)},
                 }
             )

@@ -162,6 +162,11 @@ class Entry(_Data):
         description="for a cause: the phrase that names it in an effect's message, a Jinja template "
         "over the finding's `evidence` and `at` (' at path:line' where it has a location)",
     )
+    figure: str | None = Field(
+        default=None,
+        description='for an effect: its change in a few words ("step +29.9 %"), a Jinja template over '
+        "the finding's `evidence`, as a cause's group lists it in a headline",
+    )
     identity: Identity | None = Field(
         default=None, description="how bisect tells one apart at other commits, where not by default"
     )
@@ -187,7 +192,7 @@ class Entry(_Data):
         if (self.role == "cause") != (self.because is not None):
             raise ValueError("`because` is given exactly where role is cause")
         label = self.identity.label if self.identity is not None else None
-        for name, text in (("because", self.because), ("identity.label", label)):
+        for name, text in (("because", self.because), ("figure", self.figure), ("identity.label", label)):
             if text:
                 try:  # a template that does not parse fails here, at load
                     _template(text)
@@ -513,6 +518,19 @@ def because(finding: Finding) -> str | None:
     loc = finding.location
     at = f" at {loc.path}:{loc.line}" if loc is not None else ""
     return _template(entry.because).render(evidence=finding.evidence, at=at).strip()
+
+
+def figure(finding: Finding) -> str | None:
+    """``finding``'s change in a few words, where its category says how (``figure``) and its
+    evidence has what that needs; None otherwise."""
+    entry = known().get(finding.category)
+    if entry is None or entry.figure is None:
+        return None
+    try:
+        said = _template(entry.figure).render(evidence=finding.evidence).strip()
+    except (TypeError, ValueError, ArithmeticError):  # evidence of another shape than the template's
+        return None
+    return said or None
 
 
 def details(finding: Finding, matrix: dict[str, Entry] | None = None) -> list[Detail]:

@@ -10,8 +10,10 @@ import jinja2
 
 from perfcheck.core import markdown, probes
 from perfcheck.core.bisect import markdown as bisect_markdown
+from perfcheck.core.causes import grouped
 from perfcheck.core.charts import mermaid_step_chart
-from perfcheck.core.matrix import Entry, details, resolve, title, where_of
+from perfcheck.core.explain import own_words
+from perfcheck.core.matrix import Entry, details, figure, resolve, title, where_of
 from perfcheck.core.probes.kind import Row
 from perfcheck.core.probes.profile import trace_files
 from perfcheck.measures import Environment
@@ -122,11 +124,17 @@ def _environment(results: list[ProbeResult]) -> Environment | None:
 
 
 def headline(review: Review) -> str:
-    errors = sum(f.severity == "error" and f.ack is None for f in review.findings)
-    warnings = sum(f.severity == "warning" and f.ack is None for f in review.findings)
-    acked = sum(f.ack is not None for f in review.findings)
-    if review.verdict == "fail":
-        words = f"{errors} regression{'s' if errors != 1 else ''}"
+    """The review in one line, counting what changed by cause: one cause with its effects is one
+    regression ("1 cause: the new graph break at model.py:17 — step +12.0 %, compile +30.1 %"),
+    however many findings say it. Plain text; it holds probe text, so every report escapes it."""
+    groups = grouped(review)
+    failing = [g for g in groups if g.state == "error"]
+    warnings = sum(g.state == "warning" for g in groups)
+    acked = sum(g.state == "acknowledged" for g in groups)
+    if review.verdict == "fail" and len(failing) == 1:
+        words = f"1 {'cause' if failing[0].group.caused else 'regression'}: {failing[0].summary()}"
+    elif review.verdict == "fail":
+        words = f"{len(failing)} regressions"
     elif review.verdict == "inconclusive":
         words = "inconclusive"
     else:
@@ -162,26 +170,75 @@ def template_env(custom: Path | None) -> jinja2.Environment:
     return env
 
 
+def _groups(review: Review, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The findings' items grouped by cause, as the reports show them: each group's first lead
+    (the cause, or the finding alone) with the workloads it was met in, and its effects with their
+    figures, their own words and the verify commands that differ from the cause's."""
+    out = []
+    for n, g in enumerate(grouped(review), start=1):
+        leads = [items[i] for i in g.group.leads]
+        lead = leads[0]
+        said = lead["entry"].verify[0] if lead["entry"] and lead["entry"].verify else None
+        effects = []
+        for i in g.group.effects:
+            item, f = items[i], review.findings[i]
+            verify = item["entry"].verify[0] if item["entry"] and item["entry"].verify else None
+            effects.append(
+                {
+                    **item,
+                    "figure": figure(f) or "",
+                    "words": own_words(f),
+                    "verify": verify if verify != said else None,
+                    # Which of the workload's findings explain it: the group says so already.
+                    "details": [d for d in item["details"] if d.text != f.evidence.get("explained_by")],
+                }
+            )
+        out.append(
+            {
+                "n": n,
+                "caused": g.group.caused,
+                "phrase": g.group.title,
+                "state": g.state,
+                "workloads": g.workloads,
+                "summary": g.summary(),
+                "lead": lead,
+                # The cause met in other workloads: named in one line where it reads the same there.
+                "also_same": [o["f"].workload for o in leads[1:] if o["f"].message == lead["f"].message],
+                "also": [o for o in leads[1:] if o["f"].message != lead["f"].message],
+                "effects": effects,
+            }
+        )
+    return out
+
+
 def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> dict[str, Any]:
-    """What every template of the review gets: verdict, names, tables, findings with their matrix entry."""
+    """What every template of the review gets: verdict, names, tables, findings with their matrix
+    entry, and the same findings grouped by cause (``groups``, as the built-in templates show them)."""
     where = where_of(review, trace_files(review))
+    items = [
+        {
+            "n": i,
+            "f": f,
+            "title": title(f.category, matrix),
+            "where": f"{f.location.path}:{f.location.line}" if f.location else "",
+            "entry": resolve(f, matrix, where),
+            "details": details(f, matrix),
+        }
+        for i, f in enumerate(review.findings, start=1)
+    ]
+    said = headline(review)
     return {
         "review": review,
         "icon": _ICONS[review.verdict],
-        "headline": headline(review),
+        # It holds probe text (a cause's phrase): escaped for Markdown here, so that a project's own
+        # template printing it as it is stays inert; the HTML report escapes ``headline_plain``.
+        "headline": markdown.cell(said),
+        "headline_plain": said,
         "base_name": _side_name(review.base.tree, review.base.revision),
         "head_name": _side_name(review.head.tree, review.head.revision),
         "workloads": [{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
-        "findings": [
-            {
-                "n": i,
-                "f": f,
-                "title": title(f.category, matrix),
-                "entry": resolve(f, matrix, where),
-                "details": details(f, matrix),
-            }
-            for i, f in enumerate(review.findings, start=1)
-        ],
+        "findings": items,
+        "groups": _groups(review, items),
         "chart": mermaid_step_chart(review),
         # Built of escaped cells (core.bisect.markdown); the document came from the probe job, so
         # it is shown as unverified, with the commands that check it.

@@ -14,11 +14,12 @@ import jinja2
 from markupsafe import Markup
 
 from perfcheck.core import charts, markdown, noise_chart, probes
+from perfcheck.core.causes import Grouped, grouped
 from perfcheck.core.matrix import Entry
 from perfcheck.core.noise import WorkloadRun
 from perfcheck.core.probes.kind import ProbeKind
 from perfcheck.core.render import review_context, template_env, templates_dir
-from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview
+from perfcheck.schema import ProbeResult, Review, WorkloadReview
 
 CHECK_SUMMARY_LIMIT = 65535  # GitHub's limit on a check run's output.summary
 JOB_SUMMARY_LIMIT = 1024 * 1024  # GitHub's limit on one step's job summary
@@ -49,12 +50,6 @@ class SummaryRow:
         raise AttributeError(key)
 
 
-def _where(f: Finding) -> str:
-    if f.location is None:
-        return ""
-    return f"{f.location.path}:{f.location.line}"
-
-
 def _probe(results: list[ProbeResult], name: str) -> ProbeResult | None:
     return next((r for r in results if r.probe == name), None)
 
@@ -70,7 +65,7 @@ def overview_kinds(review: Review) -> list[ProbeKind]:
     return [k for k in probes.kinds() if k.columns and k.overview is not None and k.name in ran]
 
 
-def summary_row(wl: WorkloadReview, findings: list[Finding], kinds: list[ProbeKind]) -> SummaryRow:
+def summary_row(wl: WorkloadReview, groups: list[Grouped], kinds: list[ProbeKind]) -> SummaryRow:
     cells: list[str] = []
     keys: list[str] = []
     for kind in kinds:
@@ -78,12 +73,12 @@ def summary_row(wl: WorkloadReview, findings: list[Finding], kinds: list[ProbeKi
         given = kind.overview(_probe(wl.base, kind.name), _probe(wl.head, kind.name), wl)
         cells += [given.get(c.key, "—") for c in kind.columns]
         keys += [c.key for c in kind.columns]
-    mine = [f for f in findings if f.workload == wl.name]
-    # Acknowledged findings no longer fail the check, so they are counted apart.
-    # The comment's word for an error-severity finding, so the report and the comment count alike.
-    words = {"error": "regression", "warning": "warning"}
-    counts = [(sum(f.severity == s and f.ack is None for f in mine), words[s]) for s in ("error", "warning")]
-    counts.append((sum(f.ack is not None for f in mine), "acknowledged"))
+    # Counted as the headline counts: a cause with its effects is one, and one met here and in
+    # another workload counts in both rows. Acknowledged groups no longer fail the check, so they
+    # are counted apart; the comment's words, so the report and the comment count alike.
+    states: list[str] = [g.state for g in groups if wl.name in g.workloads]
+    words = {"error": "regression", "warning": "warning", "acknowledged": "acknowledged"}
+    counts = [(states.count(s), word) for s, word in words.items()]
     return SummaryRow(
         workload=wl.name,
         cells=tuple(cells),
@@ -95,12 +90,11 @@ def summary_row(wl: WorkloadReview, findings: list[Finding], kinds: list[ProbeKi
 def _context(review: Review, matrix: dict[str, Entry] | None) -> dict[str, Any]:
     """The PR comment's context, plus where each finding is, its details and a one-row summary."""
     context = review_context(review, matrix)
-    for item in context["findings"]:
-        item["where"] = _where(item["f"])
     kinds = overview_kinds(review)
+    groups = grouped(review)
     context["columns"] = [c for kind in kinds for c in kind.columns]
     for row, wl in zip(context["workloads"], review.workloads, strict=True):
-        row["summary"] = summary_row(wl, review.findings, kinds)
+        row["summary"] = summary_row(wl, groups, kinds)
     return context
 
 
