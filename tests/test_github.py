@@ -152,7 +152,8 @@ def test_publish_posts_one_comment_and_a_completed_check(
     assert "New graph break" in comments[0]["body"]
     (run,) = github.check_runs(REPO, HEAD)
     assert (run["status"], run["conclusion"], run["name"]) == ("completed", "failure", "perfcheck")
-    assert run["output"]["title"] == "perfcheck: 2 regressions"  # by cause: the break (and its slower steps), the IR change
+    # by cause: the break (its slower steps under it) and the IR change
+    assert run["output"]["title"] == "perfcheck: 2 regressions"
     assert run["details_url"] == f"https://github.com/{REPO}/actions/runs/7"
     assert outcome.annotations == 1 and run["output"]["annotations_count"] == 1
 

@@ -12,9 +12,9 @@ import yaml
 from fakegithub import FakeGitHub
 
 from perfcheck.bot import acks
-from perfcheck.core.causes import grouped
 from perfcheck.config import ConfigError, parse_config
 from perfcheck.core import probes
+from perfcheck.core.causes import grouped
 from perfcheck.core.matrix import MatrixError, known, merged, parse_matrix, register_probe_entries, resolve
 from perfcheck.core.render import render_comment
 from perfcheck.measures import SourceLocation
