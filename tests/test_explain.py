@@ -33,7 +33,10 @@ def test_more_memory_beside_attention_that_left_sdpa_is_read_as_materialised_sco
     ir = _finding("export_ir_changed", evidence={"reading": "sdpa lost"})
     memory = _finding("memory_regression", message="+1523 MB peak")
     [_, read] = explain([ir, memory])
-    assert "likely from the exported graph's change (sdpa lost)" in read.message
+    assert (
+        "likely from the exported graph's change (sdpa lost: attention no longer runs through "
+        "scaled_dot_product_attention)" in read.message
+    )
     entry = resolve(read)
     assert entry is not None and "[batch, heads, sequence, sequence] attention scores" in entry.cause
 

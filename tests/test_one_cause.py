@@ -76,7 +76,7 @@ def test_one_new_break_is_one_regression_with_its_recompiles_folded_under_it(
     assert brk.location is not None and (brk.location.path, brk.location.line) == ("model.py", 6)
     assert "recompile" in brk.message and "from it" in brk.message
     assert brk.evidence["resume_recompiles"]  # what was folded, kept for the reader
-    assert result.summary.startswith("1 regression")
+    assert result.summary.startswith("1 cause: new graph break at model.py:6")
     # The table's counts are Dynamo's: explain's graphs and breaks, not the lines the findings list.
     head = result.workloads[0].head[0].metrics_as(CompileMetrics)
     assert head is not None and head.graph_break_count > len(head.graph_breaks) == 1

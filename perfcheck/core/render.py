@@ -193,9 +193,16 @@ def _groups(review: Review, items: list[dict[str, Any]]) -> list[dict[str, Any]]
                     "details": [d for d in item["details"] if d.text != f.evidence.get("explained_by")],
                 }
             )
+        # One line per command: effects that one command verifies share it.
+        checks: dict[str, list[str]] = {}
+        for e in effects:
+            if e["verify"]:
+                label = e["title"] + (f" ({e['f'].workload})" if len(g.workloads) > 1 else "")
+                checks.setdefault(e["verify"], []).append(label)
         out.append(
             {
                 "n": n,
+                "checks": [{"what": ", ".join(dict.fromkeys(t)), "command": c} for c, t in checks.items()],
                 "caused": g.group.caused,
                 "phrase": g.group.title,
                 "state": g.state,
