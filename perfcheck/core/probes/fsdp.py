@@ -463,7 +463,7 @@ PROBE = ProbeKind(
         "fsdp_overlap_drop": {
             "title": "Less FSDP communication hidden behind compute",
             "nature": "measured",
-            "role": "neither",
+            "role": "effect",
             "severity": "error",
             "symptom": "less of FSDP's all-gather and reduce-scatter time runs while compute does.",
             "causes": [
