@@ -429,6 +429,9 @@ def test_blocks_that_keep_their_parameters_after_forward_are_a_unit_change_the_c
         "(layers.0, layers.1, layers.2 and layers.3: reshard_after_forward True → False)"
     )
     assert result.verdict == "fail"
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "reshard after forward: 4 of 5, no mixed precision" in comment
+    assert "reshard after forward: 0 of 5, no mixed precision" in comment
 
 
 def test_a_mixed_precision_policy_added_is_a_unit_change_not_a_layout(
@@ -451,6 +454,8 @@ def test_a_mixed_precision_policy_added_is_a_unit_change_not_a_layout(
     assert "mixed precision" in drift.evidence["reading"]
     assert "likely from the FSDP unit settings changed at model.py:" in drift.message
     assert "(every unit (5): param_dtype None → bfloat16" in drift.message
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "param bfloat16 (every unit)" in comment
 
 
 def _units(**settings: object) -> FsdpMetrics:

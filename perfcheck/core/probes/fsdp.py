@@ -306,6 +306,31 @@ def _layout_cell(m: FsdpMetrics | None, r: ProbeResult | None) -> str:
     return f"{len(m.units)} unit{'s' if len(m.units) != 1 else ''}{of}, {len(m.params)} params ({laid})"
 
 
+def _of(n: int, units: int) -> str:
+    return "every unit" if n == units and units > 1 else f"{n} of {units}"
+
+
+def _settings_cell(m: FsdpMetrics | None, r: ProbeResult | None) -> str:
+    """How the units run, in short: "reshard after forward: 4 of 5, param bfloat16 (every unit)"."""
+    if m is None:
+        return status_cell(r) or "—"
+    n = len(m.units)
+    parts = []
+    known = [u.reshard_after_forward for u in m.units if u.reshard_after_forward is not None]
+    if known:
+        parts.append(f"reshard after forward: {_of(sum(1 for x in known if x is not False), n)}")
+    mixed = []
+    for field in ("param", "reduce", "output"):
+        dtypes = Counter(d for u in m.units if (d := getattr(u, f"{field}_dtype")) is not None)
+        mixed += [f"{field} {d} ({_of(k, n)})" for d, k in sorted(dtypes.items())]
+    uncast = sum(1 for u in m.units if u.cast_forward_inputs is False)
+    mixed += [f"inputs not cast ({_of(uncast, n)})"] if uncast else []
+    parts.append(", ".join(mixed) if mixed else "no mixed precision")
+    offload = Counter(u.offload_policy for u in m.units if u.offload_policy not in (None, "OffloadPolicy()"))
+    parts += [f"{policy} ({_of(k, n)})" for policy, k in sorted(offload.items())]
+    return ", ".join(parts) if n else "no units"
+
+
 def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     b, h = _metrics(bd), _metrics(hd)
     either = h or b
@@ -316,7 +341,8 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
             _layout_cell(b, bd),
             _layout_cell(h, hd),
             "",
-        )
+        ),
+        Row("FSDP unit settings", _settings_cell(b, bd), _settings_cell(h, hd), ""),
     ]
     bv = {v.variant: v for v in b.variants} if b else {}
     hv = {v.variant: v for v in h.variants} if h else {}
