@@ -9,7 +9,9 @@ own index (identical layers no longer share one compiled graph).
 
 Then workloads that call fully_shard themselves (SELF_SHARDED): perfcheck's own wrap against
 PyTorch's defaults, and a head that merges two blocks into one unit, adds an all_reduce and
-branches on the rank, each of which the probe once got wrong.
+branches on the rank, each of which the probe once got wrong; and heads that change only how the
+units run (reshard_after_forward, a MixedPrecisionPolicy): a unit change the collectives' drift is
+read against, no DTensor layout change.
 """
 
 from __future__ import annotations
@@ -21,7 +23,8 @@ from conftest import ReviewFn, write_tree
 
 from perfcheck.config import ConfigError, parse_config
 from perfcheck.core.matrix import resolve
-from perfcheck.core.probes.fsdp_models import FsdpSettings
+from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpSettings, FsdpUnit
+from perfcheck.core.probes.fsdp_units import unit_findings
 
 MODEL = """\
 import torch
@@ -134,12 +137,13 @@ def test_a_head_that_unwraps_a_layer_redistributes_and_branches_per_layer(
         by.setdefault(f.category, []).append(f)
     assert result.verdict == "fail"
     # The last layer's class no longer matches `fsdp.wrap`: its parameters move to the root's unit.
-    layout = by["dtensor_layout_changed"]
-    [unwrapped] = [f for f in layout if f.evidence["kind"] == "unit"]
+    # That is how FSDP groups the modules, not a DTensor layout: every parameter is Shard(dim=0) still.
+    [unwrapped] = by["fsdp_unit_changed"]
     assert unwrapped.evidence["change"] == "unwrapped"
     assert (
         "layers.3 has no unit of its own on head: its parameters are sharded by the root" in unwrapped.message
     )
+    layout = by["dtensor_layout_changed"]
     assert not [f for f in layout if f.evidence["kind"] == "parameter"]  # their move is the unit's change
     entry = resolve(unwrapped)
     assert entry is not None and "fsdp.wrap" in entry.cause
@@ -153,6 +157,7 @@ def test_a_head_that_unwraps_a_layer_redistributes_and_branches_per_layer(
     [drift] = by["collective_drift"]
     assert drift.evidence["units_lost"] == ["layers.3"]
     assert any("outside FSDP" in line for line in drift.evidence["added"])
+    assert "; likely from the FSDP unit settings changed (layers.3 has no unit of its own" in drift.message
     # The per-layer branch: the compiled layers no longer share one graph, named at the guarded line.
     [reuse] = by["graph_reuse_lost"]
     assert reuse.evidence["code"] == "Block.forward" and reuse.evidence["head_graphs"] > 1
@@ -193,6 +198,7 @@ SHARD = {shard!r}
 MERGE = {merge}
 ALL_REDUCE = {all_reduce}
 RANK_BRANCH = {rank_branch}
+TUNED = {tuned}
 
 
 class Block(nn.Module):
@@ -241,6 +247,10 @@ def shard(net):
         for layer in net.layers[2 if MERGE else 0 :]:
             fully_shard(layer, shard_placement_fn=by_columns, **own)
         fully_shard(net)
+    elif SHARD == "tuned":  # PyTorch's defaults but for the settings TUNED gives every unit
+        for layer in net.layers:
+            fully_shard(layer, **TUNED)
+        fully_shard(net, **TUNED)
 
 
 def build(device):
@@ -255,9 +265,16 @@ EAGER_ONLY = CONFIG.replace("variants: [eager, compiled_layers]", "variants: [ea
 
 
 def self_sharded(
-    root: Path, shard: str, merge: bool = False, all_reduce: bool = False, rank_branch: bool = False
+    root: Path,
+    shard: str,
+    merge: bool = False,
+    all_reduce: bool = False,
+    rank_branch: bool = False,
+    tuned: str = "dict()",
 ) -> Path:
-    body = SELF_SHARDED.format(shard=shard, merge=merge, all_reduce=all_reduce, rank_branch=rank_branch)
+    body = SELF_SHARDED.format(
+        shard=shard, merge=merge, all_reduce=all_reduce, rank_branch=rank_branch, tuned=tuned
+    )
     return write_tree(root, {"model.py": body})
 
 
@@ -336,13 +353,14 @@ def test_a_workload_that_merges_two_blocks_adds_an_all_reduce_and_branches_on_th
     by: dict[str, list] = {}  # type: ignore[type-arg]
     for f in result.findings:
         by.setdefault(f.category, []).append(f)
-    [layout] = by["dtensor_layout_changed"]  # the parameters' moves are the units' change
-    assert (layout.evidence["kind"], layout.evidence["change"]) == ("unit", "merged")
-    assert "layers.0 + layers.1 are one unit on head" in layout.message
-    assert layout.location is not None and [layout.location.line] == _lines(
+    [unit] = by["fsdp_unit_changed"]  # the parameters' moves are the units' change, no layout's
+    assert "dtensor_layout_changed" not in by
+    assert unit.evidence["change"] == "merged"
+    assert "layers.0 + layers.1 are one unit on head" in unit.message
+    assert unit.location is not None and [unit.location.line] == _lines(
         head, "fully_shard([net.layers[0], net.layers[1]], shard_placement_fn=by_columns, **own)"
     )
-    cause = resolve(layout)
+    cause = resolve(unit)
     assert cause is not None and "one `fully_shard([a, b])` now groups" in cause.cause
     # The collectives: the merged unit named as one, never "layers.0, layers.1"; the all_reduce
     # with its size (it once had none: "of tensors", byte totals unchanged).
@@ -351,6 +369,8 @@ def test_a_workload_that_merges_two_blocks_adds_an_all_reduce_and_branches_on_th
     assert all("layers.0, layers.1" not in f.message for f in result.findings)
     assert "1× all_reduce of 4 B float over 2 ranks (outside FSDP)" in drift.evidence["added"]
     assert drift.evidence["reading"] == "wrap, outside FSDP"
+    # The units' change is what the collectives' drift follows from.
+    assert f"likely from the FSDP unit settings changed at model.py:{unit.location.line} (" in drift.message
     drift_cause = resolve(drift)
     assert drift_cause is not None and drift_cause.cause.startswith("a unit's wrap changed")
     assert drift_cause.verify == [
@@ -367,3 +387,92 @@ def test_a_workload_that_merges_two_blocks_adds_an_all_reduce_and_branches_on_th
     assert "rank 1: %h_1" in ranks.evidence["nodes"]
     rank_cause = resolve(ranks)
     assert rank_cause is not None and all("--probes fsdp" in v for v in rank_cause.verify)
+
+
+# -- a unit's settings: a cause of their own, no layout ---------------------------------------
+
+
+def _by_category(result):  # type: ignore[no-untyped-def]
+    by: dict[str, list] = {}  # type: ignore[type-arg]
+    for f in result.findings:
+        by.setdefault(f.category, []).append(f)
+    return by
+
+
+def test_blocks_that_keep_their_parameters_after_forward_are_a_unit_change_the_collectives_follow(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    # Issue 42: the review once called this a DTensor layout change, though every parameter is
+    # Shard(dim=0) on both sides, beside a collective drift that named no cause.
+    base = self_sharded(tmp_path / "base", "tuned")
+    head = self_sharded(tmp_path / "head", "tuned", tuned="dict(reshard_after_forward=False)")
+    result = review(base, head, config=parse_config(EAGER_ONLY, "fsdp-test.yml"), probes=("fsdp",))
+    by = _by_category(result)
+    assert "dtensor_layout_changed" not in by, [f.message for f in by["dtensor_layout_changed"]]
+    [unit] = by["fsdp_unit_changed"]
+    assert unit.severity == "warning" and unit.evidence["change"] == "reshard_after_forward"
+    # The root keeps its parameters after forward on both sides: the blocks changed.
+    assert unit.message == "layers.0, layers.1, layers.2 and layers.3: reshard_after_forward True → False"
+    assert unit.location is not None and [unit.location.line] == _lines(head, "fully_shard(layer, **TUNED)")
+    cause = resolve(unit)
+    assert cause is not None and cause.cause.startswith("`reshard_after_forward` changed")
+    assert cause.verify == [
+        "perfcheck review --out perfcheck-out/verify --no-compile-latency --base BASE --head HEAD "
+        f"--workloads {unit.workload} --probes fsdp"
+    ]
+    # No all-gather in backward any more (9 → 5 a step, 5 reduce-scatters on both), read as the
+    # unit change's effect.
+    [drift] = by["collective_drift"]
+    assert drift.severity == "error" and "(14 → 10 calls," in drift.message
+    assert drift.message.endswith(
+        f"; likely from the FSDP unit settings changed at model.py:{unit.location.line} "
+        "(layers.0, layers.1, layers.2 and layers.3: reshard_after_forward True → False)"
+    )
+    assert result.verdict == "fail"
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "reshard after forward: 4 of 5, no mixed precision" in comment
+    assert "reshard after forward: 0 of 5, no mixed precision" in comment
+
+
+def test_a_mixed_precision_policy_added_is_a_unit_change_not_a_layout(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = self_sharded(tmp_path / "base", "tuned")
+    head = self_sharded(
+        tmp_path / "head", "tuned", tuned="dict(mp_policy=MixedPrecisionPolicy(param_dtype=torch.bfloat16))"
+    )
+    result = review(base, head, config=parse_config(EAGER_ONLY, "fsdp-test.yml"), probes=("fsdp",))
+    by = _by_category(result)
+    assert "dtensor_layout_changed" not in by, [f.message for f in by["dtensor_layout_changed"]]
+    [unit] = by["fsdp_unit_changed"]
+    assert unit.evidence["change"] == "mixed_precision"
+    assert unit.evidence["changes"] == "every unit (5): param_dtype None → bfloat16"
+    cause = resolve(unit)
+    assert cause is not None and cause.cause.startswith("mixed precision changed")
+    # The all-gathers move half the bytes: the drift's cause is the policy.
+    [drift] = by["collective_drift"]
+    assert "mixed precision" in drift.evidence["reading"]
+    assert "likely from the FSDP unit settings changed at model.py:" in drift.message
+    assert "(every unit (5): param_dtype None → bfloat16" in drift.message
+    comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "param bfloat16 (every unit)" in comment
+
+
+def _units(**settings: object) -> FsdpMetrics:
+    units = [FsdpUnit(name=n, modules=[n], **settings) for n in ("", "layers.0", "layers.1")]  # type: ignore[arg-type]
+    return FsdpMetrics(backend="gloo", world_size=2, device="cpu", wrapped_by="workload", units=units)
+
+
+def test_offload_and_input_casting_are_unit_settings_where_both_sides_know_them() -> None:
+    # A record of base written before perfcheck recorded them knows neither: that is no change.
+    older, now = _units(), _units(offload_policy="OffloadPolicy()", cast_forward_inputs=True)
+    assert unit_findings("wl", older, now) == []
+    offloaded = _units(offload_policy="CPUOffloadPolicy(pin_memory=True)", cast_forward_inputs=False)
+    [unit] = unit_findings("wl", now, offloaded)
+    assert unit.evidence["changes"].splitlines() == [
+        "every unit (3): cast_forward_inputs True → False",
+        "every unit (3): offload_policy OffloadPolicy() → CPUOffloadPolicy(pin_memory=True)",
+    ]
+    assert unit.message == "every unit (3): cast_forward_inputs True → False and 1 more unit change"
+    cause = resolve(unit.model_copy(update={"evidence": {**unit.evidence, "change": "offload"}}))
+    assert cause is not None and cause.cause.startswith("the offload policy changed")

@@ -127,7 +127,9 @@ def test_every_other_command_knows_every_probes_finding_categories(command: str)
         [sys.executable, "-c", probe, command], capture_output=True, text=True, timeout=120, check=False
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert {"graph_reuse_lost", "dtensor_layout_changed", "fsdp_overlap_drop"} <= set(done.stdout.split())
+    assert {"graph_reuse_lost", "fsdp_unit_changed", "dtensor_layout_changed", "fsdp_overlap_drop"} <= set(
+        done.stdout.split()
+    )
 
 
 @pytest.mark.e2e

@@ -1,10 +1,11 @@
-"""Measured findings read against the structural ones of the same workload.
+"""Measured findings, and what follows from a change, read against the structural ones of the
+same workload.
 
-A slower step, more host work, more peak memory or a slower compile says *that* something got
-worse; a new graph break, a recompile, an IR change or full-precision work under autocast in the
-same review often says *why*. Those are exact, so the measured finding names them ("likely from
-the new graph break at model.py:11") and the matrix picks its cause from them. Pure: findings in,
-findings out.
+A slower step, more host work, more peak memory, a slower compile or other collectives says *that*
+something changed; a new graph break, a recompile, an IR change, full-precision work under autocast
+or an FSDP unit's settings in the same review often say *why*. Those are exact, so the effect names
+them ("likely from the new graph break at model.py:11") and the matrix picks its cause from them.
+Pure: findings in, findings out.
 """
 
 from __future__ import annotations

@@ -143,9 +143,10 @@ Chart = Literal["kernel_deltas", "break_heatmap"]
 # decide (searched only on request, with paired runs); process, a probe's process that broke (its
 # log says why; never searched).
 Nature = Literal["structural", "measured", "process"]
-# What it is to the other findings of its workload (perfcheck/core/explain.py): an effect, a measured change
-# that a structural finding of the same review may explain; a cause, a structural change that may
-# explain one (``because`` says it in a phrase); or neither.
+# What it is to the other findings of its workload (perfcheck/core/explain.py): an effect, a change
+# that a structural finding of the same review may explain (a measured one, or one that follows from
+# another: the collectives of an FSDP unit whose settings changed); a cause, a structural change
+# that may explain one (``because`` says it in a phrase); or neither.
 Role = Literal["effect", "cause", "neither"]
 
 

@@ -6,8 +6,8 @@ per variant: eager, each wrapped layer compiled (``module.compile()``) and the w
 compiled. It records what Dynamo compiled, per function of the model, and one profiled step's
 collectives, each with its size and the FSDP unit whose ``FSDP::`` region issued it; after one
 eager step, the FSDP units as FSDP2 itself holds them (one per ``fully_shard`` call, the modules it
-grouped, the call's line in the workload, ``reshard_after_forward`` and mixed precision as they
-run), the DTensor layout of every parameter and gradient and the redistributes the model's own
+grouped, the call's line in the workload, ``reshard_after_forward``, mixed precision and offload
+as they run), the DTensor layout of every parameter and gradient and the redistributes the model's own
 code made. The ranks gather their graph hashes and, where they differ, the nodes of the first
 graph that differs, so the line that differs between ranks is named. Rank 0 writes
 OUT_DIR/fsdp.json.
@@ -211,6 +211,8 @@ class Units:
                     param_dtype=_dtype(getattr(policy, "param_dtype", None)),
                     reduce_dtype=_dtype(getattr(policy, "reduce_dtype", None)),
                     output_dtype=_dtype(getattr(policy, "output_dtype", None)),
+                    cast_forward_inputs=getattr(policy, "cast_forward_inputs", None),
+                    offload_policy=repr(groups[0].offload_policy)[:200] if groups else None,
                     params=len(params),
                     sharded_at=calls.sites.get(id(state)),
                 )

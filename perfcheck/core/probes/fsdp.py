@@ -1,16 +1,17 @@
 """The `fsdp` probe, torch-free side: FSDP2 (``fully_shard``) training under eager and compiled
 variants, written in the plugin shape (perfcheck/core/probes/kind.py): its own finding categories
 live here, its settings and metrics models in perfcheck/core/probes/fsdp_models.py, the comparison
-of its units' and DTensors' layouts in perfcheck/core/probes/fsdp_layout.py, the run function in
-perfcheck/runner/probes/fsdp_probe.py.
+of its units in perfcheck/core/probes/fsdp_units.py, of its DTensors' layouts in
+perfcheck/core/probes/fsdp_layout.py, the run function in perfcheck/runner/probes/fsdp_probe.py.
 
 What it compares, base against head, per variant: how many graphs Dynamo compiles for each
 function of the model (N identical layers served by one graph is the healthy case), the
 collectives of one training step and the FSDP unit each belongs to, the share of them hidden
 behind compute, the graphs each rank compiled, the FSDP units as FSDP2 groups them (one per
-``fully_shard`` call, with its ``reshard_after_forward`` and mixed precision as they run) and the
-DTensor layout of every parameter and gradient (placements, mesh, the unit that shards it) and of
-activations the model redistributes: changes the FX graph does not show.
+``fully_shard`` call, with its ``reshard_after_forward``, mixed precision and offload as they run:
+a change of them is the cause the collectives' and overlap's changes are read against) and the
+DTensor layout of every parameter and gradient (placements, mesh) and of activations the model
+redistributes: changes the FX graph does not show.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from collections import Counter
 
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.ddp import first_rank_mismatch
-from perfcheck.core.probes.fsdp_layout import layout_findings, placements_said, same_units, unit_said
+from perfcheck.core.probes.fsdp_layout import layout_findings, placements_said
 from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpSettings, FsdpUnit, FsdpVariant, GraphGroup
+from perfcheck.core.probes.fsdp_units import same_units, unit_findings, unit_said
 from perfcheck.core.probes.kind import (
     VARIANT_FAILED,
     Compared,
@@ -232,7 +234,7 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView)
     b, h = _metrics(base), _metrics(head)
     if b is None or h is None:
         return Compared(inconclusive=[f"{wl}/fsdp: no FSDP measurements to compare"])
-    findings = layout_findings(wl, b, h)
+    findings = unit_findings(wl, b, h) + layout_findings(wl, b, h)
     bv = _ok(b)
     pairs = [(name, bv[name], hv) for name, hv in _ok(h).items() if name in bv]
     findings += _reuse(wl, pairs)
@@ -304,6 +306,31 @@ def _layout_cell(m: FsdpMetrics | None, r: ProbeResult | None) -> str:
     return f"{len(m.units)} unit{'s' if len(m.units) != 1 else ''}{of}, {len(m.params)} params ({laid})"
 
 
+def _of(n: int, units: int) -> str:
+    return "every unit" if n == units and units > 1 else f"{n} of {units}"
+
+
+def _settings_cell(m: FsdpMetrics | None, r: ProbeResult | None) -> str:
+    """How the units run, in short: "reshard after forward: 4 of 5, param bfloat16 (every unit)"."""
+    if m is None:
+        return status_cell(r) or "—"
+    n = len(m.units)
+    parts = []
+    known = [u.reshard_after_forward for u in m.units if u.reshard_after_forward is not None]
+    if known:
+        parts.append(f"reshard after forward: {_of(sum(1 for x in known if x is not False), n)}")
+    mixed = []
+    for field in ("param", "reduce", "output"):
+        dtypes = Counter(d for u in m.units if (d := getattr(u, f"{field}_dtype")) is not None)
+        mixed += [f"{field} {d} ({_of(k, n)})" for d, k in sorted(dtypes.items())]
+    uncast = sum(1 for u in m.units if u.cast_forward_inputs is False)
+    mixed += [f"inputs not cast ({_of(uncast, n)})"] if uncast else []
+    parts.append(", ".join(mixed) if mixed else "no mixed precision")
+    offload = Counter(u.offload_policy for u in m.units if u.offload_policy not in (None, "OffloadPolicy()"))
+    parts += [f"{policy} ({_of(k, n)})" for policy, k in sorted(offload.items())]
+    return ", ".join(parts) if n else "no units"
+
+
 def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
     b, h = _metrics(bd), _metrics(hd)
     either = h or b
@@ -314,7 +341,8 @@ def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> 
             _layout_cell(b, bd),
             _layout_cell(h, hd),
             "",
-        )
+        ),
+        Row("FSDP unit settings", _settings_cell(b, bd), _settings_cell(h, hd), ""),
     ]
     bv = {v.variant: v for v in b.variants} if b else {}
     hv = {v.variant: v for v in h.variants} if h else {}
@@ -342,6 +370,10 @@ _RESHARD = (
 _MIXED = (
     "mixed precision changed (`MixedPrecisionPolicy`): `param_dtype` is what the all-gathers move, "
     "`reduce_dtype` what the reduce-scatters reduce"
+)
+_OFFLOAD = (
+    "the offload policy changed (`CPUOffloadPolicy`): the unit's sharded parameters and gradients "
+    "live on the CPU, copied to the device for each all-gather and back after each reduce-scatter"
 )
 _REDISTRIBUTE = (
     "the model's own code runs a collective outside FSDP's units: a DTensor `redistribute` (to "
@@ -413,31 +445,28 @@ PROBE = ProbeKind(
                 }
             ],
         },
-        "dtensor_layout_changed": {
-            "title": "DTensor layout changed",
+        "fsdp_unit_changed": {
+            "title": "FSDP unit settings changed",
             "nature": "structural",
-            "role": "neither",
-            "severity": "error",
-            "details": [
-                {"field": "unit_changes", "label": "FSDP units grouped or run differently"},
-                {"field": "changes", "label": "Parameters laid out differently"},
-            ],
-            "symptom": "a parameter, gradient or activation is sharded, replicated or owned differently "
-            "than on base, or an FSDP unit groups or runs differently, which the FX graph does not show.",
-            "causes": [
-                _WRAP,
-                "a `redistribute` (to `Replicate()`, say) or `distribute_tensor` call was added",
-                "a parameter left unsharded (created after fully_shard, or ignored)",
-                "`reshard_after_forward`, mixed precision or the mesh changed",
-            ],
+            # What the units all-gather and reduce-scatter, when and in which dtype, and what they
+            # hold between forward and backward follow from it: the collectives' drift, the overlap
+            # lost, a slower step or more memory of the same workload name it as their cause.
+            "role": "cause",
+            "because": "the FSDP unit settings changed{{ at }} ({{ evidence.summary }})",
+            "severity": "warning",
+            "details": [{"field": "changes", "label": "FSDP units run or grouped differently"}],
+            "symptom": "an FSDP unit runs with other settings than on base (its `reshard_after_forward`, "
+            "`MixedPrecisionPolicy` or `OffloadPolicy`), or FSDP groups the modules into units "
+            "differently (a layer gained or lost a `fully_shard` of its own, one `fully_shard([a, b])` "
+            "groups several, a module's parameters moved to another unit): no DTensor layout changes, "
+            "but what each unit gathers, reduces and holds does.",
+            "causes": [_WRAP, _RESHARD, _MIXED, _OFFLOAD],
             "verify": [_VERIFY],
-            "docs": "https://docs.pytorch.org/docs/stable/distributed.tensor.html",
+            "docs": _FULLY_SHARD,
             "rules": [
-                {
-                    "when": {"kind": "redistribute"},
-                    "cause": "the model's code redistributes a DTensor: each call "
-                    "runs a collective (an all-gather to `Replicate()`) that the graph does not show",
-                },
+                {"when": {"change": "reshard_after_forward"}, "cause": _RESHARD},
+                {"when": {"change": "mixed_precision"}, "cause": _MIXED},
+                {"when": {"change": "offload"}, "cause": _OFFLOAD},
                 {
                     "when": {"change": "unwrapped"},
                     "cause": "the layer is no longer wrapped by a fully_shard of its own (its class no "
@@ -451,19 +480,43 @@ PROBE = ProbeKind(
                     "after the last, so more of them are held at once (meant for modules that run "
                     "together: tied weights, a chunked loss)",
                 },
-                {"when": {"change": "reshard_after_forward"}, "cause": _RESHARD},
-                {"when": {"change": "mixed_precision"}, "cause": _MIXED},
                 {
-                    "when": {"change": "unit"},
+                    "when": {"change": "moved"},
                     "cause": "the parameter is sharded by another FSDP unit: its module moved, or a "
                     "`fully_shard` call now takes it",
+                },
+            ],
+        },
+        "dtensor_layout_changed": {
+            "title": "DTensor layout changed",
+            "nature": "structural",
+            "role": "neither",
+            "severity": "error",
+            "details": [{"field": "changes", "label": "Parameters laid out differently"}],
+            "symptom": "a parameter, gradient or activation is laid out differently than on base: "
+            "other DTensor placements (`Shard`, `Replicate`, `Partial`) or another mesh, or a "
+            "redistribute the model's code runs, which the FX graph does not show.",
+            "causes": [
+                "a `redistribute` (to `Replicate()`, say) or `distribute_tensor` call was added",
+                "the placements a parameter is sharded with changed: a `fully_shard` "
+                "`shard_placement_fn`, or a `distribute_tensor` with other placements",
+                "the mesh changed (its shape or dimensions)",
+                "a parameter left unsharded (created after fully_shard, or ignored)",
+            ],
+            "verify": [_VERIFY],
+            "docs": "https://docs.pytorch.org/docs/stable/distributed.tensor.html",
+            "rules": [
+                {
+                    "when": {"kind": "redistribute"},
+                    "cause": "the model's code redistributes a DTensor: each call "
+                    "runs a collective (an all-gather to `Replicate()`) that the graph does not show",
                 },
             ],
         },
         "fsdp_overlap_drop": {
             "title": "Less FSDP communication hidden behind compute",
             "nature": "measured",
-            "role": "neither",
+            "role": "effect",
             "severity": "error",
             "symptom": "less of FSDP's all-gather and reduce-scatter time runs while compute does.",
             "causes": [
@@ -474,6 +527,14 @@ PROBE = ProbeKind(
             ],
             "verify": [_VERIFY + ",profile"],
             "docs": _FULLY_SHARD,
+            "rules": [
+                {
+                    "when": {"explained_by": "FSDP unit settings changed"},
+                    "cause": "the FSDP unit settings changed in this review: a unit that reshards "
+                    "differently, gathers in another dtype or groups other modules issues its "
+                    "all-gathers and reduce-scatters at other points of the step",
+                },
+            ],
         },
     },
     prior_s={"cpu": 60.0, "cuda": 120.0},  # several variants under torchrun

@@ -78,6 +78,14 @@ class FsdpUnit(_Model):
     param_dtype: str | None = Field(default=None, description="MixedPrecisionPolicy.param_dtype")
     reduce_dtype: str | None = Field(default=None, description="MixedPrecisionPolicy.reduce_dtype")
     output_dtype: str | None = Field(default=None, description="MixedPrecisionPolicy.output_dtype")
+    cast_forward_inputs: bool | None = Field(
+        default=None, description="MixedPrecisionPolicy.cast_forward_inputs; None: not known"
+    )
+    offload_policy: str | None = Field(
+        default=None,
+        description="its OffloadPolicy as FSDP2 writes it ('OffloadPolicy()': none, "
+        "'CPUOffloadPolicy(pin_memory=True)'); None: not known",
+    )
     params: int = Field(default=0, ge=0, description="parameters it shards")
     sharded_at: SourceLocation | None = Field(
         default=None, description="the workload's own fully_shard call; None: perfcheck's wrap"
