@@ -429,7 +429,12 @@ def test_blocks_that_keep_their_parameters_after_forward_are_a_unit_change_the_c
         "(layers.0, layers.1, layers.2 and layers.3: reshard_after_forward True → False)"
     )
     assert result.verdict == "fail"
+    # One cause, one headline: the unit change heads the review, its collective drift beneath it.
+    assert result.summary.startswith("1 cause: FSDP unit settings changed at model.py:")
+    assert "reshard_after_forward True → False) — collectives 14 → 10 a step" in result.summary
     comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "**1. FSDP unit settings changed**" in comment and "**2." not in comment
+    assert "| Collectives changed | " in comment
     assert "reshard after forward: 4 of 5, no mixed precision" in comment
     assert "reshard after forward: 0 of 5, no mixed precision" in comment
 
@@ -454,7 +459,10 @@ def test_a_mixed_precision_policy_added_is_a_unit_change_not_a_layout(
     assert "mixed precision" in drift.evidence["reading"]
     assert "likely from the FSDP unit settings changed at model.py:" in drift.message
     assert "(every unit (5): param_dtype None → bfloat16" in drift.message
+    assert result.summary.startswith("1 cause: FSDP unit settings changed at model.py:")
+    assert "param_dtype None → bfloat16) — collectives " in result.summary
     comment = (tmp_path / "out" / "comment.md").read_text()
+    assert "**1. FSDP unit settings changed**" in comment and "**2." not in comment
     assert "param bfloat16 (every unit)" in comment
 
 

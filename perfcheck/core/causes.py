@@ -25,7 +25,7 @@ from perfcheck.schema import CauseGroup, Finding, Review
 _RANK = {"error": 0, "warning": 1, "info": 2}
 # A group's state for the headline: its worst finding no acknowledgement covers, else acknowledged.
 State = Literal["error", "warning", "info", "acknowledged"]
-HEADLINE_PHRASE = 110  # characters of a cause's phrase in a one-line headline
+HEADLINE_PHRASE = 160  # characters of a cause's phrase in a one-line headline
 
 
 def _role(f: Finding) -> str:

@@ -160,6 +160,8 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Settin
                     ),
                     evidence={
                         "variant": name,
+                        "calls": [sum(before.values()), sum(after.values())],
+                        "bytes": [bytes_before, bytes_after],
                         "removed": _describe(before - after),
                         "added": _describe(after - before),
                     },

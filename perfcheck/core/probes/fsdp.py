@@ -165,6 +165,8 @@ def _drift(
         ),
         evidence={
             "variants": name,
+            "calls": [sum(before.values()), sum(after.values())],
+            "bytes": [bytes_of(before), bytes_of(after)],
             "wrapping": "fsdp",
             "reading": ", ".join(reading),
             "units_lost": [unit_said(u) for u in lost],
@@ -517,6 +519,8 @@ PROBE = ProbeKind(
             "title": "Less FSDP communication hidden behind compute",
             "nature": "measured",
             "role": "effect",
+            "figure": "{% if evidence.base_pct is number and evidence.head_pct is number %}overlap "
+            "{{ '%.0f' | format(evidence.base_pct) }} → {{ '%.0f' | format(evidence.head_pct) }} %{% endif %}",
             "severity": "error",
             "symptom": "less of FSDP's all-gather and reduce-scatter time runs while compute does.",
             "causes": [
