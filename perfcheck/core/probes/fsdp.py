@@ -520,7 +520,8 @@ PROBE = ProbeKind(
             "nature": "measured",
             "role": "effect",
             "figure": "{% if evidence.base_pct is number and evidence.head_pct is number %}overlap "
-            "{{ '%.0f' | format(evidence.base_pct) }} → {{ '%.0f' | format(evidence.head_pct) }} %{% endif %}",
+            "{{ '%.0f' | format(evidence.base_pct) }} → {{ '%.0f' | format(evidence.head_pct) }} %"
+            "{% endif %}",
             "severity": "error",
             "symptom": "less of FSDP's all-gather and reduce-scatter time runs while compute does.",
             "causes": [
