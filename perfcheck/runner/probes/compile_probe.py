@@ -157,7 +157,8 @@ def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None
     frame's first line, in a generator, ...). Dynamo reports one break up to three times (explain's
     terse reason, its log's registry entry, a note that it fell back to eager); they are one
     break, with the fullest wording. A break inside an installed package is placed at the tree's
-    line that called into it, with the package's line as its origin."""
+    line that called into it, with the package's line as its origin, and Dynamo's second record of
+    it, from the package's own frame, is the same break (``_reached_from_the_tree``)."""
     places: dict[tuple[str, int], dict[str, Any]] = {}
     events = [(r.reason, r.user_stack, "explain") for r in explained.break_reasons]
     events += [(lb.reason, lb.stack, "log") for lb in logged or []]
@@ -179,6 +180,7 @@ def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None
         innermost = stack[-1]
         if place["origin"] is None and location.in_tree and innermost is not frame:
             place["origin"] = to_location(innermost, tree)
+    _reached_from_the_tree(places)
     return [
         GraphBreak(
             break_type=break_type(p["reason"] or _FELL_BACK),
@@ -191,6 +193,30 @@ def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None
         )
         for p in places.values()
     ]
+
+
+def _reached_from_the_tree(places: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """A package's break that a line of the tree reaches is that line's break. Dynamo takes it
+    twice: inlining the package's function from the tree's frame, it splits that frame at the call
+    (the tree's line, the package's line as its origin); the function then runs as a frame of its
+    own, which Dynamo compiles and splits at the package's line again, with no line of the tree
+    on its stack. The second is the same break: counted with the first, not beside it."""
+    reached: dict[tuple[str, int], dict[str, Any]] = {}
+    for p in places.values():
+        origin = p["origin"]
+        if origin is not None:
+            reached.setdefault((origin.path, origin.line), p)
+    for key, p in list(places.items()):
+        caller = None if p["location"].in_tree else reached.get(key)
+        if caller is None:
+            continue
+        del places[key]
+        caller["explain"] += p["explain"]
+        caller["log"] += p["log"]
+        if _wording(p["reason"]) > _wording(caller["reason"]):
+            caller["reason"] = p["reason"]
+        # Not its fell_back: Dynamo giving up the package's frame is not giving up the tree's,
+        # which resumed after the call (and whose fell_back takes base's breaks there with it).
 
 
 def rejected(err: BaseException, backend: str, tree: Path) -> ProbeOutput:
