@@ -76,3 +76,85 @@ def test_a_break_in_a_library_reached_from_the_tree_is_one_break_at_the_tree_s_l
     assert "(in scaling.py:5, reached from here)" in brk.message
     assert _errors(result) == ["graph_break_added"] and result.summary.startswith("1 regression")
     assert "scaling.py:5" in render_comment(result)
+
+
+# A residual stack of blocks; tests splice a change into `Net.forward` after the blocks.
+BLOCKS = """\
+import torch
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        return x + torch.relu(self.fc(x))
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(Block() for _ in range(3))
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        {change}
+        return self.out(x)
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(8, 16).to(device),)
+"""
+
+BRANCH = "if x.sum() > 0:\n            x = x * 2"
+WHERE = "x = torch.where(x.sum() > 0, x * 2, x)"
+
+
+def _blocks(root: Path, change: str) -> Path:
+    return write_tree(root, {"model.py": BLOCKS.replace("{change}", change)})
+
+
+def test_export_failing_at_a_new_data_dependent_break_is_shown_under_the_break(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    """Head branches on a tensor's value: Dynamo breaks the graph at the `if`, and torch.export
+    fails at the same line on the same construct. One regression, the break, with the export
+    failure under it; the check still fails."""
+    base = _blocks(tmp_path / "base", WHERE)
+    head = _blocks(tmp_path / "head", BRANCH)
+    result = review(base, head, probes=("compile", "export"))
+    assert _errors(result) == ["graph_break_added"], [f.message for f in result.findings]
+    [brk] = result.findings
+    assert brk.location is not None and brk.location.code == "if x.sum() > 0:"
+    assert brk.evidence["break_type"] == "Data-dependent branching"
+    folded = f"torch.export fails at model.py:{brk.location.line} (shown here, not counted again)"
+    assert folded in brk.message
+    assert brk.evidence["follows"].startswith("torch.export fails: GuardOnDataDependentSymNode")
+    assert result.verdict == "fail" and result.summary.startswith("1 regression")
+    comment = render_comment(result)
+    assert "What fails at this line because of it" in comment and "GuardOnDataDependentSymNode" in comment
+    # The export probe's own result still says it failed: the table shows it.
+    [export] = [r for r in result.workloads[0].head if r.probe == "export"]
+    assert export.status == "failed"
+
+
+def test_a_head_that_removes_a_data_dependent_break_passes_saying_both_fixes(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    """Forward: base branches on a tensor's value, head uses torch.where. The removed break and
+    the export that works again are both said, as notes, and the check passes."""
+    base = _blocks(tmp_path / "base", BRANCH)
+    head = _blocks(tmp_path / "head", WHERE)
+    result = review(base, head, probes=("compile", "export"))
+    assert result.verdict == "pass", [f.message for f in result.findings]
+    assert {(f.category, f.severity) for f in result.findings} == {
+        ("graph_break_removed", "info"),
+        ("export_fixed", "info"),
+    }
+    for f in result.findings:
+        assert f.location is not None and f.location.code == "if x.sum() > 0:"
