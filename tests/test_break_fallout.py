@@ -13,6 +13,7 @@ import pytest
 from conftest import ReviewFn, write_tree
 
 from perfcheck.core.render import render_comment
+from perfcheck.measures import CompileMetrics
 from perfcheck.schema import Review
 
 # A small "library" outside the reviewed tree, imported from a folder on PYTHONPATH as from a site
@@ -76,6 +77,62 @@ def test_a_break_in_a_library_reached_from_the_tree_is_one_break_at_the_tree_s_l
     assert "(in scaling.py:5, reached from here)" in brk.message
     assert _errors(result) == ["graph_break_added"] and result.summary.startswith("1 regression")
     assert "scaling.py:5" in render_comment(result)
+
+
+# Two output heads taken in turn, step by step: a schedule kept in a Python counter on the module.
+ALTERNATING = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Linear(16, 16)
+        self.head0 = nn.Linear(16, 4)
+        self.head1 = nn.Linear(16, 4)
+        self.step = 0
+
+    def forward(self, x):
+        k = self.step % 2
+        self.step += 1
+        h = torch.relu(self.body(x))
+        {change}
+        return getattr(self, f"head{k}")(h)
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(8, 16).to(device),)
+"""
+
+
+def test_a_break_dynamo_takes_only_in_the_code_after_a_new_break_is_that_break_s(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    """Base compiles `forward` whole: `k` is a constant in it (Dynamo guards on the counter), so
+    `f"head{k}"` is a constant string. Head prints after `k` is made: the code after the print is
+    a resume function with `k` as an argument, which Dynamo, recompiling it for the next step's
+    `k`, makes a dynamic int, and the f-string over it breaks (Dynamo then runs that code
+    eagerly). A second break at an unchanged line, there only because of the print: one
+    regression, the print, with the other under it."""
+    base = write_tree(tmp_path / "base", {"model.py": ALTERNATING.replace("{change}", "h = h * 1")})
+    head = write_tree(tmp_path / "head", {"model.py": ALTERNATING.replace("{change}", 'print("step")')})
+    result = review(base, head, probes=("compile",))
+    assert _errors(result) == ["graph_break_added"], [f.message for f in result.findings]
+    [brk] = result.findings
+    assert brk.location is not None and brk.location.code == 'print("step")'
+    assert "(and 1 break that follows from it, not counted)" in brk.message
+    line = ALTERNATING.splitlines().index('        return getattr(self, f"head{k}")(h)') + 1
+    assert brk.evidence["fallout_breaks"].startswith(f"model.py:{line}: ")
+    assert f"while recompiling the code after model.py:{brk.location.line}" in brk.evidence["fallout_breaks"]
+    assert result.summary.startswith("1 regression")
+    # Dynamo's own record of it: taken recompiling the print's resume function, never on a first compile.
+    head_breaks = result.workloads[0].head[0].metrics_as(CompileMetrics).graph_breaks
+    [fallout] = [gb for gb in head_breaks if gb.location and gb.location.line == line]
+    assert fallout.recompiling_after is not None and fallout.recompiling_after.line == brk.location.line
+    assert fallout.fell_back
+    assert "Breaks Dynamo took only while recompiling the code after this break" in render_comment(result)
 
 
 # A residual stack of blocks; tests splice a change into `Net.forward` after the blocks.
