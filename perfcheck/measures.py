@@ -63,6 +63,11 @@ class GraphBreak(Strict):
         default=False,
         description="Dynamo could not resume after this break and ran the frame it was compiling eagerly",
     )
+    recompiling_after: SourceLocation | None = Field(
+        default=None,
+        description="Dynamo took it only while recompiling the code after the break at this line (that "
+        "break's resume function), never on a first compile of that code",
+    )
 
 
 class Recompile(Strict):

@@ -289,3 +289,28 @@ def test_compile_latency_budget() -> None:
     slow = head.with_metrics(head.metrics_as(CompileMetrics).model_copy(update={"cold_compile_s": 2.0}))
     [f] = review(compile_result("base"), slow, config).findings
     assert f.category == "compile_latency_regression" and "1.5 s budget" in f.message
+
+
+def test_a_break_taken_only_recompiling_the_code_after_a_new_break_is_folded_under_it() -> None:
+    """Head adds a print at line 18; Dynamo, recompiling the code after it for a value that crossed
+    it, breaks at line 19 too. One break, the print's, with line 19 under it and out of the budget's
+    count; a new break of its own (line 30) stays a finding beside it."""
+    after = SourceLocation(path="m.py", line=18, code='print("hi")')
+    printed = brk(18, 'print("hi")', "Failed to trace builtin operator")
+    follows = GraphBreak(
+        break_type="BUILD_STRING type error",
+        reason="BUILD_STRING type error",
+        location=SourceLocation(path="m.py", line=19, code='x = getattr(self, f"b{i}")(x)'),
+        fell_back=True,
+        recompiling_after=after,
+    )
+    config = parse_config("budgets: {max_new_graph_breaks: 1}", "c.yml")
+    result = review(compile_result("base"), compile_result("head", [printed, follows]), config)
+    [f] = result.findings
+    assert f.location == printed.location and f.severity == "warning"  # one new break: in the budget
+    assert f.message.endswith("(and 1 break that follows from it, not counted)")
+    assert f.evidence["fallout_breaks"].startswith("m.py:19: BUILD_STRING type error")
+    own = brk(30, "y.item()")
+    result = review(compile_result("base"), compile_result("head", [printed, follows, own]), config)
+    lines = [(g.location.line, g.severity) for g in result.findings if g.location]
+    assert lines == [(18, "error"), (30, "error")]

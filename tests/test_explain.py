@@ -66,3 +66,33 @@ def test_an_ir_change_without_a_reading_is_named_by_its_ops() -> None:
     )
     [_, read] = explain([ir, _finding("throughput_regression", message="step time +40 %")])
     assert read.message == "step time +40 %; likely from the exported graph's change (relu → gelu)"
+
+
+def test_export_failing_at_a_new_break_s_line_is_folded_under_it_and_nowhere_else() -> None:
+    """torch.export failing at the line Dynamo breaks at is the break's (graph_break_added's
+    ``folds``, at its line); one failing at another line, or beside a break the budget allows (a
+    warning, no root), is counted on its own."""
+    at = SourceLocation(path="model.py", line=23, code="if x.sum() > 0:")
+    brk = _finding("graph_break_added", "Dynamo splits the graph here", location=at)
+    failed = Finding(
+        category="export_failed",
+        severity="error",
+        workload="net",
+        probe="export",
+        message="torch.export fails: GuardOnDataDependentSymNode",
+        location=at,
+        evidence={"error": "Could not guard on data-dependent expression Eq(u0, 1)\nmore"},
+    )
+    [folded] = explain([brk, failed])
+    assert folded.message == (
+        "Dynamo splits the graph here; tracing fails on it: torch.export fails at model.py:23 "
+        "(shown here, not counted again)"
+    )
+    assert folded.evidence["follows"] == (
+        "torch.export fails: GuardOnDataDependentSymNode: "
+        "Could not guard on data-dependent expression Eq(u0, 1)"
+    )
+    elsewhere = failed.model_copy(update={"location": SourceLocation(path="model.py", line=30)})
+    assert explain([brk, elsewhere]) == [brk, elsewhere]
+    allowed = brk.model_copy(update={"severity": "warning"})
+    assert explain([allowed, failed]) == [allowed, failed]

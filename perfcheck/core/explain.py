@@ -21,12 +21,37 @@ SHOWN = 3  # causes named in the message; the evidence keeps them all
 def _root(f: Finding) -> Folds | None:
     """What follows from ``f`` where it is a root cause (an error whose evidence its category's
     ``folds`` names: a custom op's fake kernel that disagrees with the real one makes tracing see
-    wrong shapes, so torch.compile and torch.export fail a line or two later)."""
+    wrong shapes, so torch.compile and torch.export fail a line or two later; a new data-dependent
+    branch that Dynamo breaks the graph at is the line torch.export fails at)."""
     entry = known().get(f.category)
     folds = entry.folds if entry is not None else None
-    if folds is None or f.severity != "error" or not any(matches(w, f.evidence) for w in folds.when):
+    if folds is None or f.severity != "error":
+        return None
+    if folds.when is not None and not any(matches(w, f.evidence) for w in folds.when):
         return None
     return folds
+
+
+def _at_line(a: Finding, b: Finding) -> bool:
+    x, y = a.location, b.location
+    return x is not None and y is not None and (x.path, x.line) == (y.path, y.line)
+
+
+def _root_of(f: Finding, roots: list[tuple[Finding, Folds]]) -> Finding | None:
+    """The root cause an error follows from: the first whose folds name its category, and where
+    they are only at the root's line, at that line."""
+    if f.severity != "error":
+        return None
+    for root, folds in roots:
+        if root is not f and f.category in folds.categories and (folds.at == "anywhere" or _at_line(root, f)):
+            return root
+    return None
+
+
+def _said(f: Finding) -> str:
+    """A folded failure in one line: its message, and the first line of torch's error where it has one."""
+    error = (str(f.evidence.get("error", "")).strip().splitlines() or [""])[0]
+    return f"{f.message}: {error}" if error and error not in f.message else f.message
 
 
 def fold(findings: list[Finding]) -> list[Finding]:
@@ -34,23 +59,38 @@ def fold(findings: list[Finding]) -> list[Finding]:
     roots = [(f, folds) for f in findings if (folds := _root(f)) is not None]
     if not roots:
         return findings
-    root, folds = roots[0]
-    follow = [f for f in findings if f.category in folds.categories and f.severity == "error"]
-    if not follow:
+    under: dict[int, list[Finding]] = {}
+    for f in findings:
+        root = _root_of(f, roots)
+        if root is not None:
+            under.setdefault(id(root), []).append(f)
+    if not under:
         return findings
-    words = ", ".join(
-        title(f.category) + (f" at {f.location.path}:{f.location.line}" if f.location else "") for f in follow
-    )
-    ops = ", ".join(dict.fromkeys(str(r.evidence.get("op", "")) for r, _ in roots))
+    folded = {id(f) for follow in under.values() for f in follow}
     out = []
     for f in findings:
-        if f in follow:
+        if id(f) in folded:
             continue
-        if f is root:
+        follow = under.get(id(f))
+        if follow:
+            words = ", ".join(
+                title(g.category) + (f" at {g.location.path}:{g.location.line}" if g.location else "")
+                for g in follow
+            )
+            # The ops of every root of its kind: several custom ops failing opcheck are said once.
+            ops = ", ".join(
+                dict.fromkeys(
+                    str(r.evidence["op"]) for r, _ in roots if r.category == f.category and "op" in r.evidence
+                )
+            )
             f = f.model_copy(
                 update={
                     "message": f"{f.message}; tracing fails on it: {words} (shown here, not counted again)",
-                    "evidence": {**f.evidence, "follows": "\n".join(g.message for g in follow), "ops": ops},
+                    "evidence": {
+                        **f.evidence,
+                        "follows": "\n".join(_said(g) for g in follow),
+                        **({"ops": ops} if ops else {}),
+                    },
                 }
             )
         out.append(f)

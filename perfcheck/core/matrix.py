@@ -126,10 +126,16 @@ class Folds(_Data):
     an error beside it, it is shown under this finding and not counted again."""
 
     categories: list[str] = Field(min_length=1, description="the categories of what follows from it")
-    when: list[dict[str, str]] = Field(
+    when: list[dict[str, str]] | None = Field(
+        default=None,
         min_length=1,
         description="what makes a finding of it the root cause: any one of these (evidence key -> "
-        "case-insensitive substring of its value)",
+        "case-insensitive substring of its value); left out, every error of it is one",
+    )
+    at: Literal["anywhere", "its_line"] = Field(
+        default="anywhere",
+        description="where what follows from it is: anywhere in the workload, or only at its own "
+        "line (the same construct, which another tool fails on there)",
     )
 
 

@@ -5,16 +5,21 @@ first statement), in generators or on unsupported pytree types: it reports one g
 reason while Dynamo's `graph_break` counter counts the break. Dynamo logs each break it takes on
 its `graph_breaks` artifact logger ("Graph break in user code at FILE:LINE", the reason, the user
 code traceback; the format its own tests pin), so perfcheck listens there during the compile.
+Each record also says which code Dynamo was compiling as it took the break, and whether it had
+compiled it before: a break taken only while recompiling the code after another break (a resume
+function) follows from that break.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import re
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 _AT = re.compile(
     r"^Graph break(?: \(user stack suppressed due to duplicate graph break\))? in user code at (.+):(\d+)$"
@@ -27,6 +32,11 @@ _PREAMBLE = re.compile(r"^Encountered graph break when attempting to trace [^\n]
 class LoggedBreak:
     reason: str
     stack: list[traceback.FrameSummary]  # outermost first, as Dynamo prints it
+    # The code Dynamo was compiling as it took the break (its name, file and first line: for a
+    # resume function, ``torch_dynamo_resume_in_F_at_N``, the code after an earlier break), and
+    # whether it had compiled that code before; None where Dynamo's state does not say.
+    compiling: tuple[str, str, int] | None = None
+    recompiling: bool = False
 
 
 def parse(message: str) -> LoggedBreak | None:
@@ -52,6 +62,23 @@ def parse(message: str) -> LoggedBreak | None:
     return LoggedBreak(reason=reason, stack=stack)
 
 
+def _compiling() -> dict[str, Any]:
+    """The code Dynamo is compiling now and whether it is a recompile of it, from its own state
+    (the translator of the frame it compiles, the compile's id ``frame/compile``); nothing where
+    that state is not there (private names: another torch may spell them otherwise)."""
+    with contextlib.suppress(Exception):
+        from torch._dynamo.symbolic_convert import InstructionTranslator
+        from torch._guards import CompileContext
+
+        code = InstructionTranslator.current_tx().f_code
+        compile_id = CompileContext.current_compile_id()
+        return {
+            "compiling": (code.co_name, code.co_filename, code.co_firstlineno),
+            "recompiling": bool(compile_id is not None and compile_id.frame_compile_id),
+        }
+    return {}
+
+
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
@@ -61,7 +88,7 @@ class _Collect(logging.Handler):
         with contextlib.suppress(Exception):  # a log line perfcheck cannot read is not a crash
             got = parse(record.getMessage())
             if got is not None:
-                self.breaks.append(got)
+                self.breaks.append(dataclasses.replace(got, **_compiling()))
 
 
 def _break_loggers() -> list[logging.Logger]:

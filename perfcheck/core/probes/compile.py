@@ -64,7 +64,10 @@ def _compile_findings(
         for b in breaks:
             counter[_break_key(b)] += b.count
     added, removed = head_breaks - base_breaks, base_breaks - head_breaks
-    over_budget = sum(added.values()) > config.budgets.max_new_graph_breaks
+    fallout = _fallout_keys(head.graph_breaks, added)
+    over_budget = (
+        sum(n for key, n in added.items() if key not in fallout) > config.budgets.max_new_graph_breaks
+    )
     graphs = [base.graph_count, head.graph_count]
     changes = (
         ("graph_break_added", "error" if over_budget else "warning", head.graph_breaks, added, "splits"),
@@ -91,10 +94,83 @@ def _compile_findings(
                             "graphs": graphs,
                             **({"origin": f"{gb.origin.path}:{gb.origin.line}"} if gb.origin else {}),
                             **({"fell_back": True} if gb.fell_back else {}),
+                            **(
+                                {"recompiling_after": _at(gb.recompiling_after)}
+                                if gb.recompiling_after
+                                else {}
+                            ),
                         },
                     )
                 )
-    return _with_recompiles(wl, base, head, _gone_with_the_frame(out))
+    return _with_recompiles(wl, base, head, _under_their_breaks(_gone_with_the_frame(out)))
+
+
+def _at(loc: SourceLocation) -> str:
+    return f"{loc.path}:{loc.line}"
+
+
+def _fallout_keys(breaks: list[GraphBreak], added: Counter[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The new breaks Dynamo took only while recompiling the code after another new break (its
+    resume function, for a value that crossed that break): that break's, not counted beside it."""
+    new_at = {_at(gb.location) for gb in breaks if gb.location and added[_break_key(gb)]}
+    return {
+        _break_key(gb)
+        for gb in breaks
+        if gb.recompiling_after is not None and added[_break_key(gb)] and _at(gb.recompiling_after) in new_at
+    }
+
+
+def _under_their_breaks(findings: list[Finding]) -> list[Finding]:
+    """Each new break Dynamo took only while recompiling the code after another new break, moved
+    under that break (followed to the first that is no one's fallout), said there, not counted:
+    the code after a break is a function of its own (a resume function) whose arguments are the
+    values that crossed the break, and a recompile of it for another value (a Python int turned
+    dynamic) can break where the whole function, compiled as one, did not."""
+    added = {_at(f.location): f for f in findings if f.category == "graph_break_added" and f.location}
+
+    def root(f: Finding) -> Finding | None:
+        seen = {id(f)}
+        cause = added.get(str(f.evidence.get("recompiling_after", "")))
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            further = added.get(str(cause.evidence.get("recompiling_after", "")))
+            if further is None:
+                return cause
+            cause = further
+        return None
+
+    under: dict[int, list[Finding]] = {}
+    for f in findings:
+        cause = root(f) if f.category == "graph_break_added" else None
+        if cause is not None:
+            under.setdefault(id(cause), []).append(f)
+    if not under:
+        return findings
+    folded = {id(f) for follow in under.values() for f in follow}
+    out = []
+    for f in findings:
+        if id(f) in folded:
+            continue
+        follow = under.get(id(f), [])
+        if follow:
+            n = len(follow)
+            follows = "breaks that follow" if n > 1 else "break that follows"
+            f = f.model_copy(
+                update={
+                    "message": f"{f.message} (and {n} {follows} from it, not counted)",
+                    "evidence": {
+                        **f.evidence,
+                        "fallout_breaks": "\n".join(
+                            f"{_at(g.location)}: {g.message.removeprefix('Dynamo splits the graph here: ')}"
+                            f" (while recompiling the code after {g.evidence['recompiling_after']})"
+                            for g in follow
+                            if g.location
+                        ),
+                    },
+                }
+            )
+        out.append(f)
+    return out
 
 
 def _gone_with_the_frame(findings: list[Finding]) -> list[Finding]:

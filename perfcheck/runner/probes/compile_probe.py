@@ -17,6 +17,7 @@ import re
 import time
 import traceback
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,7 @@ def compiled_frame_names(tree: Path) -> list[str]:
 # Dynamo's note when it gives up on a frame after a break it cannot resume from; the break itself
 # is logged beside it, so the note marks that break rather than being one.
 _FELL_BACK = "Failed to handle graph break gracefully"
+_ENCOUNTERED = "Graph break encountered:"
 
 
 def _wording(reason: str) -> int:
@@ -151,46 +153,139 @@ def _wording(reason: str) -> int:
     return 2 if "Explanation:" in text else 1
 
 
-def graph_breaks_of(explained: Any, tree: Path, logged: list[LoggedBreak] | None = None) -> list[GraphBreak]:
+_RESUME = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+$")
+
+
+def _recompiling_after(lb: LoggedBreak | None, tree: Path) -> SourceLocation | None:
+    """Where the earlier break is whose code after it (a resume function) Dynamo was compiling
+    again when it took ``lb``; None where it took it on a first compile, or not in a resume function."""
+    if lb is None or lb.compiling is None or not lb.recompiling:
+        return None
+    name, filename, first = lb.compiling
+    match = _RESUME.match(name)
+    return to_location(traceback.FrameSummary(filename, first, match.group(1)), tree) if match else None
+
+
+_Event = tuple[str, list[traceback.FrameSummary], str, LoggedBreak | None]
+
+
+def graph_breaks_of(
+    explained: Any,
+    tree: Path,
+    logged: list[LoggedBreak] | None = None,
+    later: list[LoggedBreak] | None = None,
+) -> list[GraphBreak]:
     """Every break, one per line of the tree that reached it: ``explain``'s, with its user
     stacks, and those Dynamo logged while compiling that explain does not list (a break at a
     frame's first line, in a generator, ...). Dynamo reports one break up to three times (explain's
     terse reason, its log's registry entry, a note that it fell back to eager); they are one
     break, with the fullest wording. A break inside an installed package is placed at the tree's
-    line that called into it, with the package's line as its origin."""
+    line that called into it, with the package's line as its origin, and Dynamo's second record of
+    it, from the package's own frame, is the same break (``_reached_from_the_tree``).
+
+    ``later``: the breaks Dynamo logged on later calls with the same inputs, where it recompiles.
+    A line only they reach is a break too, counted once (the recompiles it was taken on are
+    counted as recompiles); the lines the first call reached keep its counts. A break Dynamo took
+    only while recompiling the code after another break says where that break is
+    (``recompiling_after``)."""
     places: dict[tuple[str, int], dict[str, Any]] = {}
-    events = [(r.reason, r.user_stack, "explain") for r in explained.break_reasons]
-    events += [(lb.reason, lb.stack, "log") for lb in logged or []]
-    for reason, stack, source in events:
-        if not stack:
-            continue
-        frame = innermost_user_frame(stack, tree) or stack[-1]
-        location = to_location(frame, tree)
-        place = places.setdefault(
-            (location.path, location.line),
-            {"location": location, "reason": "", "explain": 0, "log": 0, "fell_back": False, "origin": None},
+    first: list[_Event] = [(r.reason, r.user_stack, "explain", None) for r in explained.break_reasons]
+    first += [(lb.reason, lb.stack, "log", lb) for lb in logged or []]
+    for event in first:
+        _add(places, event, tree)
+    seen = set(places)
+    for lb in later or []:
+        _add(places, (lb.reason, lb.stack, "later", lb), tree, skip=seen)
+    _reached_from_the_tree(places)
+    out = []
+    for p in places.values():
+        reason = p["reason"] or p["note"] or _FELL_BACK
+        out.append(
+            GraphBreak(
+                break_type=break_type(reason),
+                reason=reason,
+                location=p["location"],
+                # explain counts each break it took; the log repeats them, and adds those explain misses
+                count=max(p["explain"], p["log"], 1),
+                origin=p["origin"],
+                fell_back=p["fell_back"],
+                recompiling_after=p["after"] if not p["first_compiles"] else None,
+            )
         )
-        if reason.strip().startswith(_FELL_BACK):
-            place["fell_back"] = True
+    return out
+
+
+def _add(
+    places: dict[tuple[str, int], dict[str, Any]],
+    event: _Event,
+    tree: Path,
+    skip: AbstractSet[tuple[str, int]] = frozenset(),
+) -> None:
+    """One record of a break, added to the place of the tree's line that reached it."""
+    reason, stack, source, lb = event
+    if not stack:
+        return
+    frame = innermost_user_frame(stack, tree) or stack[-1]
+    location = to_location(frame, tree)
+    key = (location.path, location.line)
+    if key in skip:
+        return
+    place = places.setdefault(
+        key,
+        {
+            "location": location,
+            "reason": "",
+            "note": "",
+            "explain": 0,
+            "log": 0,
+            "later": 0,
+            "fell_back": False,
+            "origin": None,
+            "after": None,
+            "first_compiles": 0,
+        },
+    )
+    after = _recompiling_after(lb, tree)
+    if after is None:
+        place["first_compiles"] += 1
+    elif place["after"] is None:
+        place["after"] = after
+    if reason.strip().startswith(_FELL_BACK):
+        place["fell_back"] = True
+        # The break itself, where the note is all Dynamo logged of it.
+        place["note"] = place["note"] or reason.strip().partition(_ENCOUNTERED)[2].strip()
+        return
+    place[source] += 1
+    if _wording(reason) > _wording(place["reason"]):
+        place["reason"] = reason.strip()
+    innermost = stack[-1]
+    if place["origin"] is None and location.in_tree and innermost is not frame:
+        place["origin"] = to_location(innermost, tree)
+
+
+def _reached_from_the_tree(places: dict[tuple[str, int], dict[str, Any]]) -> None:
+    """A package's break that a line of the tree reaches is that line's break. Dynamo takes it
+    twice: inlining the package's function from the tree's frame, it splits that frame at the call
+    (the tree's line, the package's line as its origin); the function then runs as a frame of its
+    own, which Dynamo compiles and splits at the package's line again, with no line of the tree
+    on its stack. The second is the same break: counted with the first, not beside it."""
+    reached: dict[tuple[str, int], dict[str, Any]] = {}
+    for p in places.values():
+        origin = p["origin"]
+        if origin is not None:
+            reached.setdefault((origin.path, origin.line), p)
+    for key, p in list(places.items()):
+        caller = None if p["location"].in_tree else reached.get(key)
+        if caller is None:
             continue
-        place[source] += 1
-        if _wording(reason) > _wording(place["reason"]):
-            place["reason"] = reason.strip()
-        innermost = stack[-1]
-        if place["origin"] is None and location.in_tree and innermost is not frame:
-            place["origin"] = to_location(innermost, tree)
-    return [
-        GraphBreak(
-            break_type=break_type(p["reason"] or _FELL_BACK),
-            reason=p["reason"] or _FELL_BACK,
-            location=p["location"],
-            # explain counts each break it took; the log repeats them, and adds those explain misses
-            count=max(p["explain"], p["log"], 1),
-            origin=p["origin"],
-            fell_back=p["fell_back"],
-        )
-        for p in places.values()
-    ]
+        del places[key]
+        caller["explain"] += p["explain"]
+        caller["log"] += p["log"]
+        caller["first_compiles"] += p["first_compiles"]
+        if _wording(p["reason"]) > _wording(caller["reason"]):
+            caller["reason"] = p["reason"]
+        # Not its fell_back: Dynamo giving up the package's frame is not giving up the tree's,
+        # which resumed after the call (and whose fell_back takes base's breaks there with it).
 
 
 def rejected(err: BaseException, backend: str, tree: Path) -> ProbeOutput:
@@ -290,12 +385,14 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
 
     # Same inputs again must hit the cache. A guard that fails on the first repeat may only see
     # state the first step set up (a buffer that took the batch's shape); one that fails again
-    # on the next repeats fails every step.
-    step(*built.inputs)
-    once = _recompile_counts()
-    for _ in range(2):
+    # on the next repeats fails every step. A recompile may break where the first compile did
+    # not (the code after a break, recompiled for a value that crossed it): heard too.
+    with break_log.recording() as later:
         step(*built.inputs)
-    steps.synchronize(spec.device)
+        once = _recompile_counts()
+        for _ in range(2):
+            step(*built.inputs)
+        steps.synchronize(spec.device)
     again = _recompile_counts()
     recompiles = [
         r.model_copy(update={"every_step": True})
@@ -334,7 +431,7 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
         explained = torch._dynamo.explain(fresh_model)(*fresh.inputs)
     torch._dynamo.reset()
 
-    breaks = graph_breaks_of(explained, tree, logged)
+    breaks = graph_breaks_of(explained, tree, logged, later)
     latency = _cold_compiles(spec, build) if spec.latency is not None else None
     metrics = CompileMetrics(
         backend=cfg.backend,
