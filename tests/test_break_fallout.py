@@ -75,7 +75,9 @@ def test_a_break_in_a_library_reached_from_the_tree_is_one_break_at_the_tree_s_l
     assert (brk.location.path, brk.location.code) == ("model.py", "h = scaling.rescale(h)")
     assert brk.evidence["origin"] == "scaling.py:5"
     assert "(in scaling.py:5, reached from here)" in brk.message
-    assert _errors(result) == ["graph_break_added"] and result.summary.startswith("1 regression")
+    assert _errors(result) == ["graph_break_added"] and result.summary.startswith(
+        "1 cause: new graph break at model.py:"
+    )
     assert "scaling.py:5" in render_comment(result)
 
 
@@ -126,7 +128,7 @@ def test_a_break_dynamo_takes_only_in_the_code_after_a_new_break_is_that_break_s
     line = ALTERNATING.splitlines().index('        return getattr(self, f"head{k}")(h)') + 1
     assert brk.evidence["fallout_breaks"].startswith(f"model.py:{line}: ")
     assert f"while recompiling the code after model.py:{brk.location.line}" in brk.evidence["fallout_breaks"]
-    assert result.summary.startswith("1 regression")
+    assert result.summary.startswith("1 cause: new graph break at model.py:")
     # Dynamo's own record of it: taken recompiling the print's resume function, never on a first compile.
     head_breaks = result.workloads[0].head[0].metrics_as(CompileMetrics).graph_breaks
     [fallout] = [gb for gb in head_breaks if gb.location and gb.location.line == line]
@@ -192,7 +194,7 @@ def test_export_failing_at_a_new_data_dependent_break_is_shown_under_the_break(
     folded = f"torch.export fails at model.py:{brk.location.line} (shown here, not counted again)"
     assert folded in brk.message
     assert brk.evidence["follows"].startswith("torch.export fails: GuardOnDataDependentSymNode")
-    assert result.verdict == "fail" and result.summary.startswith("1 regression")
+    assert result.verdict == "fail" and result.summary.startswith("1 cause: new graph break at model.py:")
     comment = render_comment(result)
     assert "What fails at this line because of it" in comment and "GuardOnDataDependentSymNode" in comment
     # The export probe's own result still says it failed: the table shows it.
