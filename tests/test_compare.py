@@ -289,3 +289,28 @@ def test_compile_latency_budget() -> None:
     slow = head.with_metrics(head.metrics_as(CompileMetrics).model_copy(update={"cold_compile_s": 2.0}))
     [f] = review(compile_result("base"), slow, config).findings
     assert f.category == "compile_latency_regression" and "1.5 s budget" in f.message
+
+
+def test_a_break_or_recompile_in_a_sibling_that_reads_alike_is_another_one() -> None:
+    """Two sibling classes whose forward bodies read alike: what base has in one and head in the
+    other is not the same break or recompile; the function's qualified name tells them apart."""
+
+    def at(function: str) -> SourceLocation:
+        return SourceLocation(path="m.py", line=12, function=function, code="print(x)")
+
+    def printed(function: str) -> GraphBreak:
+        return GraphBreak(break_type="print", reason="print", location=at(function))
+
+    moved = review(
+        compile_result("base", [printed("Spare.forward")]), compile_result("head", [printed("Used.forward")])
+    )
+    assert sorted(f.category for f in moved.findings) == ["graph_break_added", "graph_break_removed"]
+    guard = "self.calls == 0  # self.calls += 1  # m.py:12 in forward"
+    spare = Recompile(function="forward", reason=guard, location=at("Spare.forward"))
+    used = Recompile(function="forward", reason=guard, location=at("Used.forward"))
+    result = review(compile_result("base", recompiles=[spare]), compile_result("head", recompiles=[used]))
+    [r] = result.findings
+    assert r.category == "recompile" and "`Used.forward`" in r.message
+    # The same class on both sides is the same recompile, wherever its line moved to.
+    same = review(compile_result("base", recompiles=[used]), compile_result("head", recompiles=[used]))
+    assert same.findings == []
