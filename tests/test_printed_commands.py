@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 
 from perfcheck.core.matrix import known, merged, resolve, where_of
 from perfcheck.measures import SourceLocation
@@ -81,3 +82,77 @@ def test_no_printed_command_executes_a_hostile_value(tmp_path: Path) -> None:
             )
     assert ran > len(known())  # every category's commands ran, under each hostile value
     assert sorted(p.name for p in markers.iterdir()) == []
+
+
+def test_a_finding_about_base_shows_base() -> None:
+    """A verify command shows the side that has what it verifies: a removed break's log and a
+    fixed export's are base's. Every category's commands name a side's log or trace by the
+    finding's side, never head's by default."""
+    from perfcheck.config import Config
+    from perfcheck.core.compare import compare
+    from perfcheck.core.probes.export import ExportMetrics
+    from perfcheck.measures import CompileMetrics, GraphBreak
+    from perfcheck.schema import ProbeResult, WorkloadReview
+
+    where = where_of(
+        Review(
+            tool_version="0",
+            verdict="pass",
+            summary="",
+            base=SideInfo(tree="b"),
+            head=SideInfo(tree="h"),
+            out_dir="out",
+            workloads=[],
+            findings=[],
+        ),
+        traces={},
+    )
+    for category in sorted(known()):
+        finding = Finding(
+            category=category,
+            severity="info",
+            workload="net",
+            probe="compile",
+            message="m",
+            evidence={"side": "base"},
+        )
+        resolved = resolve(finding, merged({}), where)
+        for command in resolved.verify if resolved else []:
+            assert "/head-" not in command and "/files/head/" not in command, (category, command)
+
+    def result(side: str, probe: str, metrics: BaseModel, status: str = "ok") -> ProbeResult:
+        return ProbeResult.model_validate(
+            {"probe": probe, "workload": "net", "side": side, "status": status, "duration_s": 1.0}
+            | {"metrics": metrics.model_dump(mode="json")}
+        )
+
+    gb = GraphBreak(
+        break_type="print", reason="print", location=SourceLocation(path="m.py", line=3, code="print(x)")
+    )
+    compiled = {
+        side: CompileMetrics(
+            backend="eager",
+            graph_count=1,
+            graph_break_count=len(breaks),
+            graph_breaks=breaks,
+            recompile_count=0,
+            cold_compile_s=1.0,
+        )
+        for side, breaks in (("base", [gb]), ("head", []))
+    }
+    failed = ExportMetrics(error_type="UserError", error_message="data-dependent")
+    exported = ExportMetrics(graph_sha256="0" * 64)
+    workload = WorkloadReview(
+        name="net",
+        base=[result("base", "compile", compiled["base"]), result("base", "export", failed, "failed")],
+        head=[result("head", "compile", compiled["head"]), result("head", "export", exported)],
+    )
+    found = {f.category: f for f in compare([workload], Config()).findings}
+    for category, log in (
+        ("graph_break_removed", "base-net-compile.log"),
+        ("export_fixed", "base-net-export.log"),
+    ):
+        resolved = resolve(found[category], merged({}), where)
+        assert resolved is not None and any(
+            c.endswith(f"less out/verify/probes/{log}") for c in resolved.verify
+        ), (category, resolved.verify)

@@ -66,11 +66,13 @@ def _compile_findings(
     added, removed = head_breaks - base_breaks, base_breaks - head_breaks
     over_budget = sum(added.values()) > config.budgets.max_new_graph_breaks
     graphs = [base.graph_count, head.graph_count]
+    # Each on the side that has it: a removed break is base's (its verify commands show base).
+    severity = "error" if over_budget else "warning"
     changes = (
-        ("graph_break_added", "error" if over_budget else "warning", head.graph_breaks, added, "splits"),
-        ("graph_break_removed", "info", base.graph_breaks, removed, "no longer splits"),
+        ("graph_break_added", severity, head.graph_breaks, added, "splits", "head"),
+        ("graph_break_removed", "info", base.graph_breaks, removed, "no longer splits", "base"),
     )
-    for category, severity, breaks, delta, verb in changes:
+    for category, grade, breaks, delta, verb, side in changes:
         shown: set[tuple[str, str, str]] = set()
         for gb in breaks:
             key = _break_key(gb)
@@ -79,12 +81,13 @@ def _compile_findings(
                 out.append(
                     Finding(
                         category=category,
-                        severity=severity,  # type: ignore[arg-type]
+                        severity=grade,  # type: ignore[arg-type]
                         workload=wl,
                         probe="compile",
                         location=gb.location,
                         message=f"Dynamo {verb} the graph here: {gb.break_type}" + _origin_words(gb),
                         evidence={
+                            "side": side,
                             "break_type": gb.break_type,
                             "reason": gb.reason,
                             "count": delta[key],
