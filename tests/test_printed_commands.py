@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from perfcheck.core.matrix import known, merged, resolve, where_of
+from perfcheck.core.matrix import Where, known, merged, resolve, where_of
 from perfcheck.measures import SourceLocation
 from perfcheck.schema import Finding, Review, SideInfo
 
@@ -84,6 +84,25 @@ def test_no_printed_command_executes_a_hostile_value(tmp_path: Path) -> None:
     assert sorted(p.name for p in markers.iterdir()) == []
 
 
+def _where() -> Where:
+    review = Review(
+        tool_version="0",
+        verdict="fail",
+        summary="",
+        base=SideInfo(tree="b"),
+        head=SideInfo(tree="h"),
+        out_dir="out",
+        workloads=[],
+        findings=[],
+    )
+    return where_of(review, traces={})
+
+
+def _commands(finding: Finding) -> list[str]:
+    resolved = resolve(finding, merged({}), _where())
+    return resolved.verify if resolved is not None else []
+
+
 def test_a_finding_about_base_shows_base() -> None:
     """A verify command shows the side that has what it verifies: a removed break's log and a
     fixed export's are base's. Every category's commands name a side's log or trace by the
@@ -94,21 +113,8 @@ def test_a_finding_about_base_shows_base() -> None:
     from perfcheck.measures import CompileMetrics, GraphBreak
     from perfcheck.schema import ProbeResult, WorkloadReview
 
-    where = where_of(
-        Review(
-            tool_version="0",
-            verdict="pass",
-            summary="",
-            base=SideInfo(tree="b"),
-            head=SideInfo(tree="h"),
-            out_dir="out",
-            workloads=[],
-            findings=[],
-        ),
-        traces={},
-    )
     for category in sorted(known()):
-        finding = Finding(
+        about_base = Finding(
             category=category,
             severity="info",
             workload="net",
@@ -116,8 +122,7 @@ def test_a_finding_about_base_shows_base() -> None:
             message="m",
             evidence={"side": "base"},
         )
-        resolved = resolve(finding, merged({}), where)
-        for command in resolved.verify if resolved else []:
+        for command in _commands(about_base):
             assert "/head-" not in command and "/files/head/" not in command, (category, command)
 
     def result(side: str, probe: str, metrics: BaseModel, status: str = "ok") -> ProbeResult:
@@ -152,7 +157,22 @@ def test_a_finding_about_base_shows_base() -> None:
         ("graph_break_removed", "base-net-compile.log"),
         ("export_fixed", "base-net-export.log"),
     ):
-        resolved = resolve(found[category], merged({}), where)
-        assert resolved is not None and any(
-            c.endswith(f"less out/verify/probes/{log}") for c in resolved.verify
-        ), (category, resolved.verify)
+        commands = _commands(found[category])
+        assert any(c.endswith(f"less out/verify/probes/{log}") for c in commands), (category, commands)
+
+
+def test_a_command_that_writes_a_folder_can_be_run_again() -> None:
+    """tlparse writes `tl_out` where it is run and refuses to run again beside it ("Directory
+    tl_out already exists; pass --overwrite to replace it or use -o OUTDIR"): every printed
+    tlparse writes a folder of the verify review's own and replaces it."""
+    parsed = [
+        command
+        for category in sorted(known())
+        for command in _commands(
+            Finding(category=category, severity="error", workload="net", probe="compile", message="m")
+        )
+        if "tlparse" in command
+    ]
+    assert len(parsed) >= 2  # a new break's, a slower compile's
+    for command in parsed:
+        assert command.endswith(" -o out/verify/tlparse --overwrite"), command
