@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import write_tree
 from pydantic import BaseModel
 
 from perfcheck.core.matrix import Where, known, merged, resolve, where_of
@@ -60,6 +61,7 @@ def test_no_printed_command_executes_a_hostile_value(tmp_path: Path) -> None:
             head=SideInfo(tree=clean),
             out_dir=f"out-{clean}",
             rerun=["--config", clean.replace("`", "'")],
+            rerun_env={"PYTHONPATH": clean.replace("`", "'")},
             workloads=[],
             findings=[],
         )
@@ -176,3 +178,152 @@ def test_a_command_that_writes_a_folder_can_be_run_again() -> None:
     assert len(parsed) >= 2  # a new break's, a slower compile's
     for command in parsed:
         assert command.endswith(" -o out/verify/tlparse --overwrite"), command
+
+
+def test_a_rerun_sets_the_environment_the_review_imported_with(tmp_path: Path) -> None:
+    """The probes inherit the review's environment, so a workload may import only through its
+    PYTHONPATH: a printed review sets it as the review had it, quoted once, before the program.
+    Only the variables that decide imports are carried, and a forged name is refused."""
+    from perfcheck.config import Config
+    from perfcheck.review import report
+    from perfcheck.schema import ProbeRun
+
+    review = Review(
+        tool_version="0",
+        verdict="fail",
+        summary="",
+        base=SideInfo(tree="b"),
+        head=SideInfo(tree="h"),
+        out_dir="out",
+        rerun_env={"PYTHONPATH": "/w/base/src:/w/head src"},
+        workloads=[],
+        findings=[],
+    )
+    finding = Finding(
+        category="graph_break_removed", severity="info", workload="net", probe="compile", message="m"
+    )
+    resolved = resolve(finding, merged({}), where_of(review, traces={}))
+    assert resolved is not None and resolved.verify[0] == (
+        "TORCH_LOGS=graph_breaks PYTHONPATH='/w/base/src:/w/head src' perfcheck review --out out/verify "
+        "--no-compile-latency --base b --head h --workloads net --probes compile; "
+        "less out/verify/probes/head-net-compile.log"
+    )
+    trace = Finding(
+        category="kernel_mix_changed", severity="warning", workload="net", probe="profile", message="m"
+    )
+    traced = resolve(trace, merged({}), where_of(review, traces={"net": ("b.json", "h.json")}))
+    assert traced is not None and traced.verify == [
+        "perfcheck trace diff out/b.json out/h.json"
+    ]  # imports nothing
+    # A document of before the field validates; a name other than the import ones is refused.
+    old = review.model_dump(mode="json")
+    del old["rerun_env"]
+    assert Review.model_validate(old).rerun_env == {}
+    for forged in ({"LD_PRELOAD": "/x.so"}, {"PYTHONPATH=x; touch m;": "y"}, {"PYTHONPATH": "a`b"}):
+        with pytest.raises(ValueError):
+            Review.model_validate({**old, "rerun_env": forged})
+    # The report job reads it from the probe job's probes.json, as it reads the rerun's options.
+    probed = ProbeRun(
+        tool_version="0",
+        shard={"index": 1, "count": 1},  # type: ignore[arg-type]
+        workload_set=[],
+        base=SideInfo(tree="b"),
+        head=SideInfo(tree="h"),
+        workloads=[],
+        rerun_env={"PYTHONPATH": "/w/src"},
+    )
+    reported, _ = report([("probes.json", probed)], Config(), tmp_path, expected=set(), may_add=set())
+    assert reported.rerun_env == {"PYTHONPATH": "/w/src"}
+
+
+IMPORTED = """\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.fc(x)
+        {change}
+        return x
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(4, 8).to(device),)
+"""
+IMPORTED_CONFIG = """\
+workloads:
+  - name: net
+    entry: netpkg.model:build
+compile:
+  backend: aot_eager
+  measure: 'off'
+"""
+
+
+@pytest.mark.e2e
+def test_a_real_reviews_commands_run_as_printed_in_a_clean_environment(tmp_path: Path) -> None:
+    """A review whose workload imports only through its PYTHONPATH (a namespace package under each
+    tree's src/, which perfcheck does not find by itself). Base breaks the graph and fails
+    torch.export on a data-dependent branch; head replaces it with torch.where and adds a print.
+    Each printed command, pasted into a shell without PYTHONPATH, runs: the removed break's and
+    the fixed export's show base's log, and the new break's tlparse runs twice."""
+    import re
+    import shlex
+    import shutil
+    import sys
+
+    for side, change in (
+        ("base", "if x.sum() > 0:\n            x = x * 2"),
+        ("head", "x = torch.where(x.sum() > 0, x * 2, x)\n        print('head')"),
+    ):
+        write_tree(tmp_path / side / "src" / "netpkg", {"model.py": IMPORTED.replace("{change}", change)})
+    (tmp_path / "perfcheck.yml").write_text(IMPORTED_CONFIG)
+    bin_dir = str(Path(sys.executable).parent)
+    # Only what a shell has: no PYTHONPATH; the tests' compile cache, which decides no import.
+    clean = {"PATH": f"{bin_dir}{os.pathsep}/usr/bin{os.pathsep}/bin", "HOME": str(tmp_path)}
+    clean |= {k: v for k, v in os.environ.items() if k == "PERFCHECK_COMPILE_CACHE"}
+    path = f"{tmp_path / 'base' / 'src'}{os.pathsep}{tmp_path / 'head' / 'src'}"
+    args = ["--base", "base", "--head", "head", "--config", "perfcheck.yml", "--out", "out"]
+    args += ["--probes", "compile,export"]
+    done = subprocess.run(
+        [sys.executable, "-m", "perfcheck", "review", *args],
+        cwd=tmp_path,
+        env={**clean, "PYTHONPATH": path},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]  # the new break
+    printed = set(re.findall(r"`([^`]*perfcheck review [^`]*)`", done.stdout))
+    assert printed and all(f"PYTHONPATH={shlex.quote(path)} " in c for c in printed), printed
+
+    def run(command: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["bash", "-c", command], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=600
+        )
+
+    [removed] = [c for c in printed if "base-net-compile.log" in c]
+    shown = run(removed)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "Graph break" in shown.stdout and "base/src/netpkg/model.py" in shown.stdout
+    [fixed] = [c for c in printed if "base-net-export.log" in c]
+    shown = run(fixed)
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    assert "torch.export works again" in shown.stdout and "Traceback" in shown.stdout
+    assert "data-dependent" in shown.stdout.lower()
+    [parsed] = [c for c in printed if "tlparse" in c]
+    assert parsed.endswith(" -o out/verify/tlparse --overwrite"), parsed
+    if shutil.which("tlparse", path=clean["PATH"]) is None:
+        # tlparse is not installed here (the command would install it): its review, twice.
+        parsed = parsed.split(";", 1)[0]
+    for _ in range(2):
+        again = run(parsed)
+        assert again.returncode in (0, 1), again.stderr[-3000:]
+        assert "Traceback" not in again.stderr
