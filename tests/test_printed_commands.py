@@ -327,3 +327,40 @@ def test_a_real_reviews_commands_run_as_printed_in_a_clean_environment(tmp_path:
         again = run(parsed)
         assert again.returncode in (0, 1), again.stderr[-3000:]
         assert "Traceback" not in again.stderr
+
+
+def test_a_long_command_is_printed_whole() -> None:
+    """Two absolute trees, the review's PYTHONPATH and a tlparse after the review pass the 500
+    characters other code spans keep: a clipped command does not run, so commands are printed
+    whole (up to markdown.COMMAND_LIMIT) in the comment and the job summary."""
+    from perfcheck.core.render import render_comment
+    from perfcheck.core.reports import render_job_summary
+
+    deep = "/home/runner/work/a-long-repository-name/a-long-repository-name/" + "nested/" * 12
+    review = Review(
+        tool_version="0",
+        verdict="fail",
+        summary="1 regression",
+        base=SideInfo(tree=f"{deep}base"),
+        head=SideInfo(tree=f"{deep}head"),
+        out_dir=f"{deep}perfcheck-out",
+        rerun_env={"PYTHONPATH": f"{deep}base/src:{deep}head/src"},
+        workloads=[],
+        findings=[
+            Finding(
+                category="graph_break_added",
+                severity="error",
+                workload="net",
+                probe="compile",
+                message="m",
+                location=SourceLocation(path="model.py", line=3),
+            )
+        ],
+    )
+    resolved = resolve(review.findings[0], merged({}), where_of(review, traces={}))
+    assert resolved is not None
+    commands = resolved.verify
+    assert min(len(c) for c in commands) > 500
+    for rendered in (render_comment(review), render_job_summary(review)):
+        assert f"`{commands[0]}`" in rendered and "more characters" not in rendered
+    assert all(f"`{c}`" in render_comment(review) for c in commands)
