@@ -100,6 +100,7 @@ def _codes_of(filename: str, mtime_ns: int, size: int) -> tuple[_Code, ...]:
 
 
 def codes_of(filename: str) -> tuple[_Code, ...]:
+    """The code objects of ``filename`` as it is now (none where it cannot be read or compiled)."""
     try:
         stat = Path(filename).stat()
     except OSError:
@@ -117,7 +118,8 @@ def qualified_name(filename: str, line: int, name: str | None = None) -> str | N
 
 
 def lines_of(filename: str, qualname: str) -> frozenset[int]:
-    """The lines of function ``qualname`` of ``filename`` and of everything defined inside it."""
+    """The lines of the function or class ``qualname`` of ``filename`` and of everything defined
+    inside it (a class's: its methods')."""
     inside = qualname + "."
     return frozenset(
         line
