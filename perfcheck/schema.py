@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, TypeVar
+from typing import Annotated, Any, Final, Literal, TypeVar, get_args
 
 from pydantic import (
     AfterValidator,
@@ -266,6 +266,15 @@ RERUN_DESCRIPTION = (
     "the review's options besides --base, --head, --workloads, --probes and --out (its --config, "
     "--device, --base-python, --head-python), which its verify commands repeat"
 )
+# The variables of the review's environment that decide what its probes import (the probes inherit
+# the review's environment): its verify commands set them as the review had them, or the workload
+# (a tree's `src/` layout on PYTHONPATH, say) would not import.
+RerunEnvName = Literal["PYTHONPATH", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONNOUSERSITE"]
+RERUN_ENV_NAMES: tuple[str, ...] = get_args(RerunEnvName)
+RERUN_ENV_DESCRIPTION = (
+    "the variables of the review's environment that decide what its probes import (PYTHONPATH, "
+    "...), which its verify commands set as the review had them"
+)
 
 
 MAX_FINDINGS: Final = 5000
@@ -301,6 +310,7 @@ class Review(Strict):
     )
     program: Program = Field(default="perfcheck", description="how perfcheck was run; its commands run it so")
     rerun: list[RerunArg] = Field(default=[], max_length=12, description=RERUN_DESCRIPTION)
+    rerun_env: dict[RerunEnvName, RerunArg] = Field(default={}, description=RERUN_ENV_DESCRIPTION)
     workloads: list[WorkloadReview]
     findings: list[Finding] = Field(max_length=MAX_FINDINGS)
     causes: list[CauseGroup] | None = Field(
@@ -361,6 +371,7 @@ class ProbeRun(Strict):
     config_origin: ConfigOrigin | None = None
     program: Program = "perfcheck"
     rerun: list[RerunArg] = Field(default=[], max_length=12, description=RERUN_DESCRIPTION)
+    rerun_env: dict[RerunEnvName, RerunArg] = Field(default={}, description=RERUN_ENV_DESCRIPTION)
     head_config: str | None = Field(
         default=None,
         max_length=256 * 1024,

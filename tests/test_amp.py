@@ -86,7 +86,7 @@ def test_a_linear_with_autocast_switched_off_stays_fp32(review: ReviewFn, tmp_pa
     [finding] = only(result, "amp_fp32_fallback")
     assert finding.severity == "error"
     assert finding.location is not None
-    assert (finding.location.path, finding.location.function) == ("model.py", "forward")
+    assert (finding.location.path, finding.location.function) == ("model.py", "Net.forward")
     assert finding.location.line == line_of(head, "h = torch.relu(self.fc2(h.float()))")
     assert finding.evidence["op"] == "aten.addmm.default"
     assert (finding.evidence["dtype"], finding.evidence["count"]) == ("float32", 1)

@@ -314,3 +314,28 @@ def test_a_break_taken_only_recompiling_the_code_after_a_new_break_is_folded_und
     result = review(compile_result("base"), compile_result("head", [printed, follows, own]), config)
     lines = [(g.location.line, g.severity) for g in result.findings if g.location]
     assert lines == [(18, "error"), (30, "error")]
+
+
+def test_a_break_or_recompile_in_a_sibling_that_reads_alike_is_another_one() -> None:
+    """Two sibling classes whose forward bodies read alike: what base has in one and head in the
+    other is not the same break or recompile; the function's qualified name tells them apart."""
+
+    def at(function: str) -> SourceLocation:
+        return SourceLocation(path="m.py", line=12, function=function, code="print(x)")
+
+    def printed(function: str) -> GraphBreak:
+        return GraphBreak(break_type="print", reason="print", location=at(function))
+
+    moved = review(
+        compile_result("base", [printed("Spare.forward")]), compile_result("head", [printed("Used.forward")])
+    )
+    assert sorted(f.category for f in moved.findings) == ["graph_break_added", "graph_break_removed"]
+    guard = "self.calls == 0  # self.calls += 1  # m.py:12 in forward"
+    spare = Recompile(function="forward", reason=guard, location=at("Spare.forward"))
+    used = Recompile(function="forward", reason=guard, location=at("Used.forward"))
+    result = review(compile_result("base", recompiles=[spare]), compile_result("head", recompiles=[used]))
+    [r] = result.findings
+    assert r.category == "recompile" and "`Used.forward`" in r.message
+    # The same class on both sides is the same recompile, wherever its line moved to.
+    same = review(compile_result("base", recompiles=[used]), compile_result("head", recompiles=[used]))
+    assert same.findings == []

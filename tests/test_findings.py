@@ -335,7 +335,7 @@ def test_new_recompiles_are_one_finding_per_guard_naming_each_place(review: Revi
     )
     result = review(base, head, probes=("compile",))
     [r] = only(result, "recompile")
-    assert r.location is not None and (r.location.path, r.location.function) == ("model.py", "forward")
+    assert r.location is not None and (r.location.path, r.location.function) == ("model.py", "Net.forward")
     assert r.evidence["frame_count"] == 2 and "1 more frame" in r.message
     assert "torch_dynamo_resume_in_forward_at_14 (model.py:14)" in r.evidence["frames"]
     comment = render_comment(result).replace("\\", "")
@@ -606,3 +606,25 @@ def test_a_custom_op_in_the_exported_graph_gets_opcheck_without_asking(
         update={"workloads": [fast_config().workloads[0].model_copy(update={"probes": ["export"]})]}
     )
     assert {r.probe for r in review(base, head, config=listed).workloads[0].head} == {"export"}
+
+
+def test_a_frame_is_named_by_the_code_object_that_holds_its_line(tmp_path: Path) -> None:
+    """Two sibling classes whose methods read alike: a frame is named by position (the innermost
+    function of its name whose code holds the line), never by its text; the code after a graph
+    break (Dynamo's resume function) by the function it resumes."""
+    import traceback
+
+    from perfcheck.runner.locate import lines_of, qualified_name, to_location, user_name
+
+    text = "class A:\n    def f(self):\n        return 1\n\n\nclass B:\n    def f(self):\n        return 1\n"
+    model = write_tree(tmp_path, {"model.py": text}) / "model.py"
+    assert qualified_name(str(model), 3, "f") == "A.f" and qualified_name(str(model), 8, "f") == "B.f"
+    assert qualified_name(str(model), 8, "torch_dynamo_resume_in_f_at_8") == "B.f"
+    assert qualified_name(str(model), 8, "g") is None and qualified_name(str(model), 4) is None
+    assert lines_of(str(model), "B") == {6, 7, 8}
+    assert user_name("B.torch_dynamo_resume_in_f_at_8") == "B.f" and user_name("f") == "f"
+    frame = traceback.FrameSummary(str(model), 8, "f", line="return 1")
+    assert to_location(frame, tmp_path).function == "B.f"
+    # the caller's own code object's name wins; a frame outside the tree keeps its bare name
+    assert to_location(frame, tmp_path, qualname="A.f").function == "A.f"
+    assert to_location(frame, tmp_path / "elsewhere").function == "f"

@@ -259,3 +259,56 @@ def test_one_import_error_that_stops_every_probe_of_a_side_is_one_regression() -
         "(shown here, not counted again)"
     )
     assert "the timing probe crashed on head" in found[0].evidence["follows"]
+
+
+SIBLINGS = """\
+import torch
+from torch import nn
+
+
+class Spare(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        {body}
+
+
+class Used(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self.calls = 0
+
+    def forward(self, x):
+        {body}
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Used().to(device), (torch.randn(4, 8).to(device),)
+"""
+
+
+def test_a_recompile_is_placed_in_the_class_that_runs_not_in_a_sibling_that_reads_alike(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    """Two classes whose forward bodies are the same text; the workload runs one of them, and on
+    head its Python counter recompiles every step. The finding is placed by the recompiled code
+    object (its file, first line and qualified name), in the class that ran: not at the first
+    line of the file that reads like it, which is the sibling's."""
+    base = write_tree(tmp_path / "base", {"model.py": SIBLINGS.replace("{body}", "return self.fc(x)")})
+    counted = "self.calls += 1\n        return self.fc(x) * self.calls"
+    head = write_tree(tmp_path / "head", {"model.py": SIBLINGS.replace("{body}", counted)})
+    lines = (head / "model.py").read_text().splitlines()
+    spare, used = [n for n, text in enumerate(lines, 1) if text.strip() == "self.calls += 1"]
+    used_def = [n for n, text in enumerate(lines, 1) if text.strip() == "def forward(self, x):"][1]
+    result = review(base, head, probes=("compile",))
+    [recompile] = [f for f in result.findings if f.category == "recompile"]
+    loc = recompile.location
+    assert loc is not None and (loc.path, loc.line, loc.function) == ("model.py", used, "Used.forward")
+    assert spare < used and f"model.py:{used}" in recompile.message and "`Used.forward`" in recompile.message
+    assert recompile.evidence["recompiled_at"] == f"model.py:{used_def}"
+    assert "(`Used.forward`)" in render_comment(result)

@@ -23,7 +23,8 @@ def test_demo_head_adds_a_graph_break_at_the_item_line_and_changes_the_ir(review
     result = review(DEMO / "base", DEMO / "head", probes=("compile", "export"))  # what it checks
     [gb] = only(result, "graph_break_added")
     assert gb.location is not None
-    assert (gb.location.path, gb.location.line, gb.location.function) == ("model.py", 17, "forward")
+    where = (gb.location.path, gb.location.line, gb.location.function)
+    assert where == ("model.py", 17, "Classifier.forward")
     assert "h.abs().max().item()" in (gb.location.code or "")
     assert "Tensor.item()" in gb.evidence["break_type"]
     assert gb.severity == "error"

@@ -94,6 +94,9 @@ class Compound:
 CELL_LIMIT = 2_000
 CODE_LIMIT = 500
 BLOCK_LIMIT = 8_000
+# A command a reviewer pastes: clipped, it no longer runs as printed, so it may be longer than other
+# code (two absolute trees, the review's PYTHONPATH, a tlparse after it pass 500 characters).
+COMMAND_LIMIT = 4_000
 
 
 def visible(text: str, one_line: bool = False) -> str:
@@ -146,6 +149,11 @@ def code(value: object, in_table: bool = False, limit: int = CODE_LIMIT) -> str:
     if in_table:
         s = s.replace("|", "\\|")
     return f"{fence}{pad}{s}{pad}{fence}"
+
+
+def command(value: object) -> str:
+    """A command to paste, as an inline code span (``code``) of up to ``COMMAND_LIMIT`` characters."""
+    return code(value, limit=COMMAND_LIMIT)
 
 
 def block(value: object, lang: str = "", limit: int = BLOCK_LIMIT) -> str:

@@ -23,7 +23,7 @@ from jinja2.sandbox import SandboxedEnvironment
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from perfcheck.measures import Severity
-from perfcheck.schema import Finding, Review
+from perfcheck.schema import RERUN_ENV_NAMES, Finding, Review
 from perfcheck.settings import MatrixEntry, whole_phrases
 from perfcheck.vocabulary import SHARED_CATEGORIES, categories
 
@@ -362,8 +362,10 @@ def matches(when: Mapping[str, str], evidence: Mapping[str, Any]) -> bool:
 class Where:
     """What a review's commands are filled with, so that they run as printed: the trees it
     compared, its output folder, per workload the profile traces it wrote (base, head; both
-    relative to the output folder), how perfcheck was run (``program``) and the options the review
-    ran with that a rerun repeats (``rerun``: its --config, --device, interpreters)."""
+    relative to the output folder), how perfcheck was run (``program``), the options the review
+    ran with that a rerun repeats (``rerun``: its --config, --device, interpreters) and the
+    variables of its environment that decide what its probes import (``env``: PYTHONPATH, ...),
+    which a rerun sets as the review had them."""
 
     base: str = "BASE"
     head: str = "HEAD"
@@ -371,6 +373,7 @@ class Where:
     traces: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     program: str = "perfcheck"
     rerun: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def verify_out(self) -> str:
@@ -384,20 +387,22 @@ _RERUN = re.compile(r"(?<![\w./-])(?:python3? -m )?perfcheck (review|trace) ")
 
 
 def _as_run(command: str, where: Where, latency: bool) -> str:
-    """``perfcheck review ...`` as this review's user runs it: the same program, the review's own
-    options (--config, --device, interpreters), a folder of its own (``{verify_out}``), and, unless
-    it verifies compile latency (``latency``: its entry's ``verify_compile_latency``), without the
-    compile-latency samples (minutes the check does not need)."""
+    """``perfcheck review ...`` as this review's user runs it: in the review's import environment
+    (its PYTHONPATH, say), the same program, the review's own options (--config, --device,
+    interpreters), a folder of its own (``{verify_out}``), and, unless it verifies compile latency
+    (``latency``: its entry's ``verify_compile_latency``), without the compile-latency samples
+    (minutes the check does not need)."""
 
     def rerun(match: re.Match[str]) -> str:
         if match.group(1) == "trace":
             return f"{where.program} trace "
-        # The review's own options as a placeholder too, filled (quoted) in the one substitution
-        # pass: their text is never scanned for placeholders.
+        # The review's own options and environment as placeholders too, filled (quoted) in the one
+        # substitution pass: their text is never scanned for placeholders.
         extra = [*(["{rerun}"] if where.rerun else []), "--out", "{verify_out}"]
         if not latency:
             extra.append("--no-compile-latency")
-        return f"{where.program} review {' '.join(extra)} "
+        env = "{rerun_env} " if where.env else ""
+        return f"{env}{where.program} review {' '.join(extra)} "
 
     command = _RERUN.sub(rerun, command)
     logged = re.match(r"TORCH_LOGS=\S+ ", command)
@@ -433,12 +438,16 @@ def _fill(command: str, finding: Finding, where: Where, latency: bool = False) -
     values["torch_trace"] = f"{where.verify_out}/probes/files/{values['side']}/torch_trace"
     quoted = {key: shlex.quote(value) if value else value for key, value in values.items()}
     quoted["rerun"] = " ".join(shlex.quote(a) for a in where.rerun)
+    # NAME=value assignments: a name is never quoted (a quoted one is no assignment), so only a
+    # variable's name as the schema allows it is ever written; its value is quoted like any other.
+    quoted["rerun_env"] = " ".join(f"{k}={shlex.quote(v)}" for k, v in where.env if _ENV_NAME.fullmatch(k))
     # One pass over the command as written: each value is quoted once, on its own, and what a
     # value holds ("{head}" inside a forged config path, say) is never substituted again.
     return _PLACEHOLDER.sub(lambda m: quoted.get(m.group(1), m.group(0)), command)
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
 def where_of(review: Review, traces: Mapping[str, tuple[str, str]]) -> Where:
@@ -452,6 +461,7 @@ def where_of(review: Review, traces: Mapping[str, tuple[str, str]]) -> Where:
         dict(traces),
         review.program,
         tuple(review.rerun),
+        tuple((name, value) for name, value in review.rerun_env.items() if name in RERUN_ENV_NAMES),
     )
 
 

@@ -164,6 +164,7 @@ def template_env(custom: Path | None) -> jinja2.Environment:
         text=markdown.text,
         cell=markdown.cell,
         code=markdown.code,
+        command=markdown.command,
         block=markdown.block,
         cell_code=lambda v: markdown.code(v, in_table=True),
     )

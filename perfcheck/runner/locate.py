@@ -1,12 +1,23 @@
-"""Turn frames from tracebacks and Dynamo's user stacks into repo-relative source locations."""
+"""Turn frames from tracebacks and Dynamo's user stacks into repo-relative source locations.
+
+A frame is placed by its code object: its file, its line and the function's qualified name
+(``Used.forward``), never by searching for its source text, which two functions can share (two
+sibling classes whose ``forward`` bodies read alike). Where a frame comes as a file, line and bare
+name (a traceback's, Dynamo's user stack), the qualified name is read from the code objects its
+file compiles to, by position: the innermost function of that name whose code holds the line.
+"""
 
 from __future__ import annotations
 
+import functools
 import linecache
+import re
 import sys
 import traceback
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
+from types import CodeType
 
 from perfcheck.measures import SourceLocation
 
@@ -46,13 +57,91 @@ def package_path(filename: str) -> str:
     return best.as_posix() if best is not None else path.name
 
 
-def to_location(frame: traceback.FrameSummary, tree: Path) -> SourceLocation:
+# Dynamo's name for the code after a graph break in function F (``torch_dynamo_resume_in_F_at_N``),
+# and its qualified name (``Cls.torch_dynamo_resume_in_F_at_N``, torch/_dynamo/resume_execution.py).
+RESUME = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+$")
+
+
+def user_name(name: str) -> str:
+    """A (qualified) function name as the user wrote it: Dynamo's resume function after a break in
+    ``Cls.forward`` is ``Cls.forward``."""
+    head, dot, last = name.rpartition(".")
+    resumed = RESUME.fullmatch(last)
+    return f"{head}{dot}{resumed.group(1)}" if resumed else name
+
+
+@dataclass(frozen=True)
+class _Code:
+    qualname: str
+    name: str
+    depth: int  # how deeply it is nested: 0 for the module
+    lines: frozenset[int]  # the lines its own instructions are on, and its first
+
+
+def _walk(code: CodeType, depth: int, out: list[_Code]) -> None:
+    lines = {line for _, _, line in code.co_lines() if line is not None} | {code.co_firstlineno}
+    out.append(_Code(code.co_qualname, code.co_name, depth, frozenset(lines)))
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            _walk(const, depth + 1, out)
+
+
+@functools.lru_cache(maxsize=512)
+def _codes_of(filename: str, mtime_ns: int, size: int) -> tuple[_Code, ...]:
+    """Every code object a file compiles to (compiled, never run), keyed by the file's state."""
+    try:
+        source = Path(filename).read_bytes()
+        top = compile(source, filename, "exec", dont_inherit=True)
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    out: list[_Code] = []
+    _walk(top, 0, out)
+    return tuple(out)
+
+
+def codes_of(filename: str) -> tuple[_Code, ...]:
+    """The code objects of ``filename`` as it is now (none where it cannot be read or compiled)."""
+    try:
+        stat = Path(filename).stat()
+    except OSError:
+        return ()
+    return _codes_of(filename, stat.st_mtime_ns, stat.st_size)
+
+
+def qualified_name(filename: str, line: int, name: str | None = None) -> str | None:
+    """The qualified name of the innermost function of ``filename`` whose code holds ``line`` (of
+    that ``name``, where given; a resume function's is its user function's), or None where no
+    function holds it (module level, a file that does not compile, a name of no function there)."""
+    wanted = user_name(name) if name is not None else None
+    found = [c for c in codes_of(filename) if c.depth > 0 and line in c.lines and wanted in (None, c.name)]
+    return max(found, key=lambda c: c.depth).qualname if found else None
+
+
+def lines_of(filename: str, qualname: str) -> frozenset[int]:
+    """The lines of the function or class ``qualname`` of ``filename`` and of everything defined
+    inside it (a class's: its methods')."""
+    inside = qualname + "."
+    return frozenset(
+        line
+        for c in codes_of(filename)
+        if c.depth > 0 and (c.qualname == qualname or c.qualname.startswith(inside))
+        for line in c.lines
+    )
+
+
+def to_location(frame: traceback.FrameSummary, tree: Path, qualname: str | None = None) -> SourceLocation:
+    """``frame`` as a location: its file relative to the tree, its line, and its function's
+    qualified name, ``qualname`` where the caller has the code object, else read by position (in
+    the tree; a package's frame keeps its bare name). The code after a graph break (Dynamo's
+    resume function) is named as the user's function it resumes."""
     rel = relative_path(frame.filename, tree)
     code = frame.line or linecache.getline(frame.filename, frame.lineno or 0).strip() or None
+    if qualname is None and rel is not None and frame.lineno:
+        qualname = qualified_name(frame.filename, frame.lineno, frame.name)
     return SourceLocation(
         path=rel if rel is not None else package_path(frame.filename),
         line=frame.lineno or 0,
-        function=frame.name,
+        function=user_name(qualname or frame.name),
         code=code,
         in_tree=rel is not None,
     )

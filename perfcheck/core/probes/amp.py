@@ -38,8 +38,10 @@ class AmpMetrics(Strict):
 MAX_LISTED_OPS = 40
 
 
-def _where(loc: SourceLocation | None) -> tuple[str, str]:
-    return (loc.path, loc.code or str(loc.line)) if loc else ("?", "?")
+def _where(loc: SourceLocation | None) -> tuple[str, str, str]:
+    # Its file, its function's qualified name (two sibling classes can read alike) and its source
+    # text, not its line number: a PR that adds lines above it moves it without adding one.
+    return (loc.path, loc.function or "", loc.code or str(loc.line)) if loc else ("?", "", "?")
 
 
 def op_key(op: AmpOp) -> tuple[str, ...]:

@@ -27,12 +27,12 @@ from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import COMPILE_RUNS_MAX, SettingsView
 
 
-def _break_key(gb: GraphBreak) -> tuple[str, str]:
-    # Keyed by the place, not by Dynamo's wording (which differs by where it reports the break from),
-    # and by the source text, not the line number: a PR that adds lines above an old break moves it
-    # without adding one.
+def _break_key(gb: GraphBreak) -> tuple[str, str, str]:
+    # Keyed by the place, not by Dynamo's wording (which differs by where it reports the break from):
+    # its file, its function's qualified name (two sibling classes can read alike) and the source
+    # text, not the line number: a PR that adds lines above an old break moves it without adding one.
     loc = gb.location
-    return (loc.path, loc.code or str(loc.line)) if loc else ("?", gb.break_type)
+    return (loc.path, loc.function or "", loc.code or str(loc.line)) if loc else ("?", "", gb.break_type)
 
 
 def _resume_base(function: str) -> str:
@@ -59,7 +59,7 @@ def _compile_findings(
     wl: str, base: CompileMetrics, head: CompileMetrics, config: SettingsView
 ) -> list[Finding]:
     out: list[Finding] = []
-    base_breaks, head_breaks = Counter[tuple[str, str]](), Counter[tuple[str, str]]()
+    base_breaks, head_breaks = Counter[tuple[str, str, str]](), Counter[tuple[str, str, str]]()
     for counter, breaks in ((base_breaks, base.graph_breaks), (head_breaks, head.graph_breaks)):
         for b in breaks:
             counter[_break_key(b)] += b.count
@@ -69,12 +69,14 @@ def _compile_findings(
         sum(n for key, n in added.items() if key not in fallout) > config.budgets.max_new_graph_breaks
     )
     graphs = [base.graph_count, head.graph_count]
+    # Each on the side that has it: a removed break is base's (its verify commands show base).
+    severity = "error" if over_budget else "warning"
     changes = (
-        ("graph_break_added", "error" if over_budget else "warning", head.graph_breaks, added, "splits"),
-        ("graph_break_removed", "info", base.graph_breaks, removed, "no longer splits"),
+        ("graph_break_added", severity, head.graph_breaks, added, "splits", "head"),
+        ("graph_break_removed", "info", base.graph_breaks, removed, "no longer splits", "base"),
     )
-    for category, severity, breaks, delta, verb in changes:
-        shown: set[tuple[str, str]] = set()
+    for category, grade, breaks, delta, verb, side in changes:
+        shown: set[tuple[str, str, str]] = set()
         for gb in breaks:
             key = _break_key(gb)
             if delta[key] and key not in shown:
@@ -82,12 +84,13 @@ def _compile_findings(
                 out.append(
                     Finding(
                         category=category,
-                        severity=severity,  # type: ignore[arg-type]
+                        severity=grade,  # type: ignore[arg-type]
                         workload=wl,
                         probe="compile",
                         location=gb.location,
                         message=f"Dynamo {verb} the graph here: {gb.break_type}" + _origin_words(gb),
                         evidence={
+                            "side": side,
                             "break_type": gb.break_type,
                             "reason": gb.reason,
                             "count": delta[key],
@@ -109,7 +112,9 @@ def _at(loc: SourceLocation) -> str:
     return f"{loc.path}:{loc.line}"
 
 
-def _fallout_keys(breaks: list[GraphBreak], added: Counter[tuple[str, str]]) -> set[tuple[str, str]]:
+def _fallout_keys(
+    breaks: list[GraphBreak], added: Counter[tuple[str, str, str]]
+) -> set[tuple[str, str, str]]:
     """The new breaks Dynamo took only while recompiling the code after another new break (its
     resume function, for a value that crossed that break): that break's, not counted beside it."""
     new_at = {_at(gb.location) for gb in breaks if gb.location and added[_break_key(gb)]}
@@ -213,8 +218,14 @@ def _origin_words(gb: GraphBreak) -> str:
     return words
 
 
+def _function(r: Recompile) -> str:
+    """The user's function a recompile recompiles: its qualified name where the probe read it from
+    the code object (``Used.forward``, for the code after a break too), else its bare name."""
+    return r.location.function if r.location and r.location.function else _resume_base(r.function)
+
+
 def _recompile_key(r: Recompile) -> tuple[str, str]:
-    return (_resume_base(r.function), normalize_guard(r.reason))
+    return (_function(r), normalize_guard(r.reason))
 
 
 def _is_resume(r: Recompile) -> bool:
@@ -222,8 +233,11 @@ def _is_resume(r: Recompile) -> bool:
 
 
 def _same_place(a: SourceLocation | None, b: SourceLocation | None) -> bool:
-    # By source text where both have it: the trees differ, and a PR may move the line.
+    # In one function where both name theirs, then by source text where both have it: the trees
+    # differ, and a PR may move the line.
     if a is None or b is None or a.path != b.path:
+        return False
+    if a.function and b.function and a.function != b.function:
         return False
     return a.code == b.code if a.code and b.code else a.line == b.line
 
@@ -320,7 +334,7 @@ def _recompile_finding(
     costs_more = head.recompile_count > base.recompile_count or every_step
     made = next((r.made_at for r in group if r.made_at is not None and r.made_at.in_tree), None)
     guard = guard_expression(first.reason)
-    message = f"new recompilation of `{_resume_base(first.function)}`{more}: `{guard}` failed"
+    message = f"new recompilation of `{_function(first)}`{more}: `{guard}` failed"
     if every_step:
         message += " on the same inputs again (every step pays it)"
     elif not costs_more:

@@ -151,7 +151,8 @@ def _export_findings(wl: str, base: ProbeResult, head: ProbeResult, config: Sett
                 workload=wl,
                 probe="export",
                 message=f"torch.export works on head (on base it failed: {b.error_type})",
-                evidence={"base_error": (b.error_message or "")[:2000]},
+                # Base's failure is the evidence: its verify commands show base's side.
+                evidence={"side": "base", "base_error": (b.error_message or "")[:2000]},
                 # Where base's export failed: the line head changed, most likely.
                 location=b.error_location,
             )

@@ -80,7 +80,6 @@ _GEMM_KERNEL = re.compile(r"gemm|conv|fprop|dgrad|wgrad|matmul", re.IGNORECASE)
 _FP32_KERNEL = re.compile(r"sgemm|dgemm|tf32|f32|fp32|float32|f64|fp64|double|s\d{3,5}gemm", re.IGNORECASE)
 # "s16816gemm_bf16" accumulates in fp32 but multiplies bf16: the input dtype is what counts.
 _LOW_KERNEL = re.compile(r"bf16|f16|h16|half|hgemm|bfloat|e4m3|e5m2|int8|imma", re.IGNORECASE)
-_RESUME = re.compile(r"torch_dynamo_resume_in_(\w+?)_at_\d+$")
 _AUTOCAST_REASON = re.compile(r"autocast|torch\.(cuda\.|cpu\.)?amp\b|GradScaler", re.IGNORECASE)
 
 
@@ -120,10 +119,9 @@ def node_location(node: torch.fx.Node, tree: Path) -> SourceLocation | None:
     frame = innermost_user_frame(frames, tree) or (frames[-1] if frames else None)
     if frame is None:
         return None
-    loc = to_location(frame, tree)
-    # After a graph break the rest of forward is Dynamo's resume function; name the user's one.
-    resumed = _RESUME.match(loc.function or "")
-    return loc.model_copy(update={"function": resumed.group(1)}) if resumed else loc
+    # After a graph break the rest of forward is Dynamo's resume function: to_location names the
+    # user's one.
+    return to_location(frame, tree)
 
 
 def scan_graphs(graphs: Iterable[torch.fx.GraphModule], tree: Path) -> tuple[list[AmpOp], int]:

@@ -30,7 +30,14 @@ from perfcheck.runner import break_log
 from perfcheck.runner import step as steps
 from perfcheck.runner.break_log import LoggedBreak
 from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
-from perfcheck.runner.locate import innermost_user_frame, to_location
+from perfcheck.runner.locate import (
+    innermost_user_frame,
+    lines_of,
+    qualified_name,
+    relative_path,
+    to_location,
+    user_name,
+)
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.spec import ProbeSpec
 
@@ -46,10 +53,11 @@ def break_type(reason: str) -> str:
 
 def _recompiled_at(code: Any, tree: Path) -> SourceLocation:
     """Where a recompiled code object starts, as the user reads it: a resume function's first line
-    is the line of the original function where it resumes, and its name is the original's."""
-    match = re.match(r"torch_dynamo_resume_in_(\w+?)_at_\d+$", code.co_name)
-    name = match.group(1) if match else code.co_name
-    return to_location(traceback.FrameSummary(code.co_filename, code.co_firstlineno, name), tree)
+    is the line of the original function where it resumes, and its name is the original's. Named by
+    the code object's own qualified name (``Used.forward``), so that two functions that read alike
+    are told apart."""
+    frame = traceback.FrameSummary(code.co_filename, code.co_firstlineno, code.co_name)
+    return to_location(frame, tree, qualname=code.co_qualname)
 
 
 # The guarded value's name in a failed guard: the last attribute of a path from the frame's
@@ -72,10 +80,12 @@ def guarded_name(reason: str) -> str | None:
 _TENSOR_GUARD = re.compile(r"\b(size|rank|stride|dtype|device|requires_grad) mismatch")
 
 
-def made_at(name: str, tree: Path, prefer: str | None, tensor: bool = False) -> SourceLocation | None:
-    """Where the tree makes attribute ``name``, in the recompiled frame's own file first. For a
-    tensor's metadata (``tensor=True``: a size, rank or dtype guard) where it gets the metadata
-    the guard expected: its ``register_buffer``/``register_parameter`` call; for a Python value
+def made_at(name: str, tree: Path, code: Any = None, tensor: bool = False) -> SourceLocation | None:
+    """Where the tree makes attribute ``name``: first in the recompiled ``code``'s own class (the
+    functions beside it, by the code objects its file compiles to: a sibling class that reads the
+    same is another class), then in the rest of its file, then in the tree's other files. For a
+    tensor's metadata (``tensor=True``: a size, rank or dtype guard) where it gets the metadata the
+    guard expected: its ``register_buffer``/``register_parameter`` call; for a Python value
     (``self.calls == 1``) where it changes: an augmented assignment (``self.calls += 1``); then any
     assignment to ``self.<name>``."""
     escaped = re.escape(name)
@@ -84,43 +94,57 @@ def made_at(name: str, tree: Path, prefer: str | None, tensor: bool = False) -> 
     assigned = re.compile(rf"\bself\.{escaped}\s*=(?!=)")
     patterns = [registered, changed, assigned] if tensor else [changed, registered, assigned]
     files = sorted(tree.rglob("*.py"))[:_MAX_SOURCES]
-    if prefer is not None:
-        files.sort(key=lambda f: f.relative_to(tree).as_posix() != prefer)
-    for pattern in patterns:
-        for file in files:
-            try:
-                lines = file.read_text(errors="replace").splitlines()
-            except OSError:
-                continue
-            for n, line in enumerate(lines, start=1):
-                if pattern.search(line):
-                    frame = traceback.FrameSummary(str(file), n, _enclosing_def(lines, n), line=line.strip())
-                    return to_location(frame, tree)
+    own: Path | None = None
+    scopes: list[tuple[Path, frozenset[int] | None]] = []
+    if code is not None and relative_path(code.co_filename, tree) is not None:
+        own = Path(code.co_filename).resolve()
+        qualname = user_name(code.co_qualname)
+        owner = qualname.rpartition(".")[0] if "." in qualname else qualname
+        scopes.append((own, lines_of(str(own), owner)))  # its class, or the function alone
+        scopes.append((own, None))
+    scopes += [(f, None) for f in files if f.resolve() != own]
+    for file, lines in scopes:
+        try:
+            text = file.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        for pattern in patterns:
+            for n, line in enumerate(text, start=1):
+                if (lines is None or n in lines) and pattern.search(line):
+                    frame = traceback.FrameSummary(str(file), n, "<module>", line=line.strip())
+                    return to_location(frame, tree, qualname=qualified_name(str(file), n))
     return None
 
 
-def _enclosing_def(lines: list[str], line: int) -> str:
-    """The function a 1-based ``line`` of a file is in, by the nearest ``def`` above it."""
-    for text in reversed(lines[: line - 1]):
-        match = re.match(r"\s*(?:async\s+)?def\s+(\w+)", text)
-        if match:
-            return match.group(1)
-    return "<module>"
+# A recompile of one code object for one failed guard: the code by its file, first line and
+# qualified name (two functions of one name, in sibling classes, are two), then the guard.
+_Key = tuple[str, int, str, str]
+
+
+def _code_key(code: Any, text: str) -> _Key:
+    return (code.co_filename, code.co_firstlineno, code.co_qualname, text)
+
+
+def _key(r: Recompile) -> _Key:
+    """A measured recompile's key, as ``_recompile_counts`` keys the guard failures."""
+    loc = r.location
+    if loc is None:
+        return ("", 0, r.function, r.reason)
+    return (loc.path, loc.line, loc.function or r.function, r.reason)
 
 
 def _recompile_reasons(tree: Path) -> list[Recompile]:
     out: list[Recompile] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[_Key] = set()
     for code, reasons in guard_failures.items():
         for reason in reasons:
             text = _guard_text(reason)
-            key = (code.co_name, text)
+            key = _code_key(code, text)
             if key not in seen:
                 seen.add(key)
                 location = _recompiled_at(code, tree)
                 name = guarded_name(text)
-                prefer = location.path if location.in_tree else None
-                origin = made_at(name, tree, prefer, bool(_TENSOR_GUARD.search(text))) if name else None
+                origin = made_at(name, tree, code, bool(_TENSOR_GUARD.search(text))) if name else None
                 out.append(Recompile(function=code.co_name, reason=text, location=location, made_at=origin))
     return out
 
@@ -335,12 +359,13 @@ def _second_batch(step: Callable[..., Any], built: Workload) -> str | None:
     return None
 
 
-def _recompile_counts() -> dict[tuple[str, str], int]:
-    """How many times each guard has failed so far, per frame and guard text."""
-    out: dict[tuple[str, str], int] = {}
+def _recompile_counts(tree: Path) -> dict[_Key, int]:
+    """How many times each guard has failed so far, per frame and guard text (keyed as ``_key``)."""
+    out: dict[_Key, int] = {}
     for code, reasons in guard_failures.items():
+        loc = _recompiled_at(code, tree)
         for reason in reasons:
-            key = (code.co_name, _guard_text(reason))
+            key = (loc.path, loc.line, loc.function or code.co_name, _guard_text(reason))
             out[key] = out.get(key, 0) + 1
     return out
 
@@ -381,7 +406,7 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
         cold = time.perf_counter() - start
     breakdown = compile_breakdown()
     first_frames = compiled_frames()
-    during_first = {(r.function, r.reason) for r in _recompile_reasons(tree)}
+    during_first = {_key(r) for r in _recompile_reasons(tree)}
 
     # Same inputs again must hit the cache. A guard that fails on the first repeat may only see
     # state the first step set up (a buffer that took the batch's shape); one that fails again
@@ -389,15 +414,14 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     # not (the code after a break, recompiled for a value that crossed it): heard too.
     with break_log.recording() as later:
         step(*built.inputs)
-        once = _recompile_counts()
+        once = _recompile_counts(tree)
         for _ in range(2):
             step(*built.inputs)
         steps.synchronize(spec.device)
-    again = _recompile_counts()
+    again = _recompile_counts(tree)
     recompiles = [
         r.model_copy(update={"every_step": True})
-        if (r.function, r.reason) not in during_first
-        and again.get((r.function, r.reason), 0) > once.get((r.function, r.reason), 0)
+        if _key(r) not in during_first and again.get(_key(r), 0) > once.get(_key(r), 0)
         else r
         for r in _recompile_reasons(tree)
     ]
@@ -415,8 +439,8 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     before_second = compiled_frames()
     second_batch = _second_batch(traced_step, other)
     steps.synchronize(spec.device)
-    seen = {(r.function, r.reason) for r in recompiles}
-    recompiles += [r for r in _recompile_reasons(tree) if (r.function, r.reason) not in seen]
+    seen = {_key(r) for r in recompiles}
+    recompiles += [r for r in _recompile_reasons(tree) if _key(r) not in seen]
     recompile_count += compiled_frames() - before_second
     frames = compiled_frame_names(tree)
     del traced, traced_step, other

@@ -8,6 +8,8 @@ hash equal on any machine and a changed hash is a real IR change.
 from __future__ import annotations
 
 import hashlib
+import sys
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +118,8 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: ExportSettings
             ep = ep.run_decompositions()
     except Exception as err:  # export errors come in many types; each is a finding, not a crash
         message = str(err).strip()
+        # torch's whole error, in the probe's log: what a fixed export's verify command shows of base.
+        traceback.print_exception(err, file=sys.stderr)
         return ProbeOutput(
             status="failed",
             message=f"{type(err).__name__}: {message.splitlines()[0] if message else ''}",
