@@ -313,3 +313,22 @@ def test_an_entry_is_stale_only_where_it_was_checked() -> None:
     path = Path(__file__).parent / "data" / "demo-result.json"
     assert load_review(path).stale_acks == []
     assert Review.model_validate_json(review.model_dump_json()).stale_acks == review.stale_acks
+
+
+def test_every_report_names_the_accepting_entry_and_the_stale_ones() -> None:
+    from perfcheck.core.reports import render_check_summary, render_html, render_job_summary
+
+    config = parse_config(
+        "acks:\n"
+        "  - {break: {id: GB0059, file: utils/logging.py}, reason: prints <b>on</b> purpose}\n"
+        "  - {break: {id: GB0124, file: other.py}, reason: a break long gone}\n",
+        "p.yml",
+    )
+    review = _reviewed(config, [], [PRINT, ITEM])
+    for text in (render_comment(review), render_job_summary(review)):
+        assert "✔️ Accepted by perfcheck.yml's `acks[0]`, which names this break: prints &lt;b&gt;" in text
+        assert "- `acks[1]`: GB0124 in other.py (a break long gone)" in text
+    assert "(accepted by `acks[0]`)" in render_check_summary(review)
+    html = render_html(review)
+    assert "Accepted by perfcheck.yml's <code>acks[0]</code>" in html
+    assert "<li><code>acks[1]</code>: GB0124 in other.py (a break long gone)</li>" in html
