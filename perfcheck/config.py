@@ -34,6 +34,7 @@ from perfcheck.settings import (
     SweepConfig,
     TimingConfig,
     WorkloadConfig,
+    gitignore_pattern,
 )
 
 CONFIG_NAMES = ("perfcheck.yml", ".github/perfcheck.yml")
@@ -72,34 +73,12 @@ class ConfigError(ValueError):
     """A config that cannot be used; the message is meant for the user as it stands."""
 
 
-def gitignore_pattern(pattern: str) -> str:
-    """``pattern`` when it is a gitignore line that can match a file (pathspec's GitIgnoreSpec, the
-    matcher of `paths`), else a ValueError that says why: pathspec refuses a `!` with no pattern
-    after it and a backslash that escapes nothing, and reads a comment, a blank or an unclosed `[`
-    as matching nothing. pathspec is imported here, only for a config that sets `paths`."""
-    from pathspec import GitIgnoreSpec
-    from pathspec.patterns.gitignore import GitIgnorePatternError
+def _category_beside(ack: AckEntry) -> AckEntry:
+    """An ack whose `category` may stand beside its `break:` (the compile probe's, which matches
+    breaks: perfcheck/core/probes/compile_accepted.py)."""
+    from perfcheck.core.probes.compile_accepted import category_beside
 
-    line = pattern.rstrip()
-    try:
-        spec = GitIgnoreSpec.from_lines([pattern])
-    except GitIgnorePatternError as err:
-        if line == "!":
-            why = "`!` leaves out the files a pattern after it names, and none follows"
-        elif line.endswith("\\"):
-            why = "it ends in a backslash that escapes nothing (`\\\\` is a backslash)"
-        else:
-            why = str(err.__cause__ or err)
-        raise ValueError(f"a gitignore pattern; {why}") from None
-    if all(p.include is None for p in spec.patterns):
-        if line.startswith("#"):
-            why = "gitignore reads a line that starts with # as a comment (`\\#` is a #)"
-        elif not line:
-            why = "this one is blank"
-        else:
-            why = "gitignore discards this one (an unclosed `[`, or `/` alone)"
-        raise ValueError(f"a gitignore pattern that can match a file; {why}")
-    return pattern
+    return category_beside(ack)
 
 
 class Config(Section):
@@ -118,7 +97,9 @@ class Config(Section):
         default_factory=dict,
         description="category -> entry: the project's additions to the root-cause matrix",
     )
-    acks: list[AckEntry] = Field(default_factory=list, description="known changes, accepted with a reason")
+    acks: list[Annotated[AckEntry, AfterValidator(_category_beside)]] = Field(
+        default_factory=list, description="known changes, accepted with a reason"
+    )
     paths: list[Annotated[str, AfterValidator(gitignore_pattern)]] = Field(
         default_factory=lambda: ["**/*.py"],
         description="gitignore (gitwildmatch) patterns of the files whose change triggers a review; "
@@ -147,7 +128,7 @@ class Config(Section):
     @classmethod
     def _ack_categories(cls, v: list[AckEntry]) -> list[AckEntry]:
         for ack in v:
-            if ack.category not in finding_categories():
+            if ack.category is not None and ack.category not in finding_categories():
                 raise ValueError(f"finding categories; {ack.category!r} is not one{_closest(ack.category)}")
         return v
 
@@ -258,9 +239,7 @@ def _suggestion(key: str, loc: tuple[Any, ...], root: type[BaseModel] | None = N
     is within ``root`` (a probe's settings model; the config's own by default)."""
     model: Any = root or Config
     for part in loc[:-1]:
-        field = (
-            model.model_fields.get(part) if isinstance(part, str) and hasattr(model, "model_fields") else None
-        )
+        field = _field(model, part) if isinstance(part, str) else None
         if field is None:
             if isinstance(part, int):
                 continue  # an item of a list: the list's model stays
@@ -268,13 +247,23 @@ def _suggestion(key: str, loc: tuple[Any, ...], root: type[BaseModel] | None = N
         annotation = field.annotation
         inner = getattr(annotation, "__args__", None)
         model = next((a for a in inner or () if hasattr(a, "model_fields")), annotation)
-    names = [n for n in getattr(model, "model_fields", {}) if n not in ("source", "probe_settings")]
+    names = [
+        f.alias or n
+        for n, f in getattr(model, "model_fields", {}).items()
+        if n not in ("source", "probe_settings")
+    ]
     if model is Config:  # the sections of perfcheck's own probes that carry their settings
         from perfcheck.core import probes
 
         names += [k.name for k in probes.built_in() if k.settings is not None]
     close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
     return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+def _field(model: Any, key: str) -> Any:
+    """The field of ``model`` that the file's ``key`` sets (its name, or its alias: an ack's `break`)."""
+    fields = getattr(model, "model_fields", {})
+    return fields.get(key) or next((f for f in fields.values() if f.alias == key), None)
 
 
 def _describe(

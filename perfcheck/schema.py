@@ -176,6 +176,12 @@ class Acknowledgement(Strict):
     reason: str
     at: str | None = Field(default=None, description="when (ISO 8601)")
     sha: str | None = Field(default=None, description="the head commit when it was acknowledged")
+    entry: str | None = Field(
+        default=None,
+        max_length=40,
+        description="the perfcheck.yml acks entry that accepted this graph break by its `break:` "
+        "(`acks[1]`); none for an ack of a whole category",
+    )
 
 
 class ExpiredAck(Strict):
@@ -187,6 +193,17 @@ class ExpiredAck(Strict):
     by: str
     reason: str
     at: str | None = None
+
+
+class StaleAck(Strict):
+    """A perfcheck.yml ack with a `break:` (an accepted break) that matched no graph break of the
+    head in this review, in the workloads it names whose compile probe ran: the break it accepted
+    is gone, or the entry names it wrongly. A note, not a warning."""
+
+    entry: str = Field(max_length=40, description="its place in perfcheck.yml (`acks[2]`)")
+    names: str = Field(max_length=2000, description="the break it names, in words")
+    workload: str | None = None
+    reason: str
 
 
 class Finding(Strict):
@@ -322,6 +339,12 @@ class Review(Strict):
     inconclusive: list[str] = Field(default=[], description="why the verdict could not be pass or fail")
     expired_acks: list[ExpiredAck] = Field(
         default=[], description="acknowledgements of an earlier commit, which no longer cover the head"
+    )
+    stale_acks: list[StaleAck] = Field(
+        default=[],
+        max_length=1000,
+        description="perfcheck.yml acks with a `break:` that matched no graph break of the head in "
+        "this review (entries that may be removed)",
     )
     bisect: BisectDoc | None = Field(
         default=None, description="where each finding came from, when the probe job bisected the PR"

@@ -308,12 +308,147 @@ class MatrixEntry(Section):
         return whole_phrases(v)
 
 
-class AckEntry(Section):
-    """A known change accepted in config: findings of this category (and workload) do not fail."""
+def gitignore_pattern(pattern: str) -> str:
+    """``pattern`` when it is a gitignore line that can match a file (pathspec's GitIgnoreSpec, the
+    matcher of `paths`), else a ValueError that says why: pathspec refuses a `!` with no pattern
+    after it and a backslash that escapes nothing, and reads a comment, a blank or an unclosed `[`
+    as matching nothing. pathspec is imported here, only for a config that sets `paths` or an
+    ack's `break.file`."""
+    from pathspec import GitIgnoreSpec
+    from pathspec.patterns.gitignore import GitIgnorePatternError
 
-    category: str
+    line = pattern.rstrip()
+    try:
+        spec = GitIgnoreSpec.from_lines([pattern])
+    except GitIgnorePatternError as err:
+        if line == "!":
+            why = "`!` leaves out the files a pattern after it names, and none follows"
+        elif line.endswith("\\"):
+            why = "it ends in a backslash that escapes nothing (`\\\\` is a backslash)"
+        else:
+            why = str(err.__cause__ or err)
+        raise ValueError(f"a gitignore pattern; {why}") from None
+    if all(p.include is None for p in spec.patterns):
+        if line.startswith("#"):
+            why = "gitignore reads a line that starts with # as a comment (`\\#` is a #)"
+        elif not line:
+            why = "this one is blank"
+        else:
+            why = "gitignore discards this one (an unclosed `[`, or `/` alone)"
+        raise ValueError(f"a gitignore pattern that can match a file; {why}")
+    return pattern
+
+
+# Dynamo's graph-break ids, as its graph-break site names them (gb0124 on the page, GB0124 in its
+# registry): an ack's `break.id`, in either case.
+GRAPH_BREAK_ID = re.compile(r"^[Gg][Bb]\d{4}$")
+# A function's name as Python names a code object (`log_step`, `<lambda>`), or an fnmatch glob of one.
+_FUNCTION_PATTERN = re.compile(r"^[\w<>.*?\[\]!-]{1,200}$")
+
+
+def file_pattern(pattern: str) -> str:
+    """One gitignore pattern that names files (gitignore_pattern), with no `!`: alone, a pattern
+    that leaves files out names none."""
+    if pattern.lstrip().startswith("!"):
+        raise ValueError(
+            "a gitignore pattern of the files it accepts breaks in; a `!` pattern leaves files out, "
+            "and this key takes one pattern (write `\\!` for a name that starts with `!`)"
+        )
+    return gitignore_pattern(pattern)
+
+
+class BreakMatcher(Section):
+    """A graph break an ack accepts: what Dynamo says it is (its graph-break id, or text of its
+    reason) and where it is (the file, and optionally the function and line, of the finding's
+    place: the innermost line of the tree that reached the break). Every key given must match.
+    Patterns come from perfcheck.yml only (the base branch's); the break's text is the PR's, and is
+    only searched, never read as a pattern."""
+
+    id: str | None = Field(
+        default=None,
+        description="Dynamo's graph-break id (GB0124 or gb0124), as its reason's link to the "
+        "graph-break site names it",
+    )
+    message: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=500,
+        description="text the break's type or reason contains: a plain substring, any case, no wildcards",
+    )
+    file: str = Field(
+        description="a gitignore pattern of the break's file, from the repository root, as `paths` "
+        "reads one (`utils/logging.py`, `utils/`, `**/log_*.py`)"
+    )
+    function: str | None = Field(
+        default=None, description="the function the break is in: its name, or an fnmatch glob (`log_*`)"
+    )
+    line: int | None = Field(default=None, ge=1, description="the break's line in the head's file")
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, v: str | None) -> str | None:
+        if v is not None and not GRAPH_BREAK_ID.match(v):
+            raise ValueError("a Dynamo graph-break id, GB and four digits (GB0124 or gb0124)")
+        return v.upper() if v is not None else None
+
+    @field_validator("file")
+    @classmethod
+    def _file(cls, v: str) -> str:
+        return file_pattern(v)
+
+    @field_validator("function")
+    @classmethod
+    def _function(cls, v: str | None) -> str | None:
+        if v is not None and not _FUNCTION_PATTERN.match(v):
+            raise ValueError("a function's name (`log_step`) or an fnmatch glob of one (`log_*`)")
+        return v
+
+    @model_validator(mode="after")
+    def _what(self) -> BreakMatcher:
+        if self.id is None and self.message is None:
+            raise ValueError(
+                "what the break is, as well as where: an `id` (Dynamo's graph-break id, GB0124) or a "
+                "`message` (text of its reason)"
+            )
+        return self
+
+    def words(self) -> str:
+        """The break it names, in a few words (``GB0124 in utils/logging.py, log_step``)."""
+        what = " and ".join(
+            w for w in (self.id, f'"{self.message}"' if self.message is not None else None) if w
+        )
+        where = (
+            self.file
+            + (f", {self.function}" if self.function else "")
+            + (f", line {self.line}" if self.line is not None else "")
+        )
+        return f"{what} in {where}"
+
+
+class AckEntry(Section):
+    """A known change accepted in config: findings of this category (and workload) do not fail;
+    with a ``break``, only the new graph breaks it names."""
+
+    category: str | None = Field(
+        default=None,
+        description="a finding category; beside a `break`, the category of new graph breaks or none",
+    )
     workload: str | None = None
+    break_: BreakMatcher | None = Field(
+        default=None,
+        alias="break",
+        description="accept only the new graph breaks this names, by reason and place (an accepted break)",
+    )
     reason: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _what(self) -> AckEntry:
+        if self.break_ is None and self.category is None:
+            raise ValueError(
+                "a `category` (findings of it are accepted) or a `break` (the new graph breaks it "
+                "names are accepted)"
+            )
+        return self
 
 
 class GitHubConfig(Section):
@@ -350,6 +485,9 @@ class SettingsView(Protocol):
 
     @property
     def timing(self) -> TimingConfig: ...
+
+    @property
+    def acks(self) -> list[AckEntry]: ...
 
     def workload(self, name: str) -> WorkloadConfig: ...
 

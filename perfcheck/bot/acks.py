@@ -2,9 +2,12 @@
 
 Pure. An acknowledgement covers findings of its category (and workload, if it names one); it is
 shown with who, when and why, and such findings no longer fail the check. A different finding,
-of another category or workload, still does. A `/perfcheck ack` covers the head commit as it was
-when it was posted: posted before the head existed (perfcheck's first check on the head started
-later, by GitHub's clock), it covered an earlier commit, and it is shown as expired instead.
+of another category or workload, still does. A config ack with a `break:` (an accepted break,
+perfcheck/core/compile_accepted.py) covers only the new graph breaks it names, and says which entry
+it is; one that names no break of the head is listed as stale. A `/perfcheck ack` covers the head
+commit as it was when it was posted: posted before the head existed (perfcheck's first check on
+the head started later, by GitHub's clock), it covered an earlier commit, and it is shown as
+expired instead.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 from perfcheck.bot.command import CommandError, has_permission, parse_command
 from perfcheck.bot.timestamps import instant
 from perfcheck.core.compare import verdict_of
+from perfcheck.core.probes import compile_accepted
 from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review
 from perfcheck.settings import AckEntry
 
@@ -34,10 +38,13 @@ class Ack(BaseModel):
     at: str | None = None  # when the command was posted (the comment's created_at)
     sha: str | None = None  # the head commit it covers
     expired: bool = False  # posted for an earlier head commit
+    entry: str | None = None  # its place in perfcheck.yml (`acks[2]`), for a config ack
+    accepted: AckEntry | None = None  # a config ack with a `break:`: the breaks it names only
 
     def note(self) -> Acknowledgement:
-        """What a covered finding shows: who, when and why."""
-        return Acknowledgement(by=self.by, reason=self.reason, at=self.at, sha=self.sha)
+        """What a covered finding shows: who, when and why (and, for an accepted break, the entry)."""
+        entry = self.entry if self.accepted is not None else None
+        return Acknowledgement(by=self.by, reason=self.reason, at=self.at, sha=self.sha, entry=entry)
 
 
 @dataclass(frozen=True)
@@ -48,7 +55,17 @@ class PostedComment:
 
 
 def from_config(entries: Iterable[AckEntry]) -> list[Ack]:
-    return [Ack(category=e.category, workload=e.workload, by="config", reason=e.reason) for e in entries]
+    return [
+        Ack(
+            category=compile_accepted.covered_category(e),
+            workload=e.workload,
+            by="config",
+            reason=e.reason,
+            entry=f"acks[{i}]",
+            accepted=e if e.break_ is not None else None,
+        )
+        for i, e in enumerate(entries)
+    ]
 
 
 def from_comments(
@@ -89,13 +106,19 @@ def from_comments(
 
 
 def _covers(ack: Ack, f: Finding) -> bool:
-    return ack.category == f.category and (ack.workload is None or ack.workload == f.workload)
+    matcher = ack.accepted.break_ if ack.accepted is not None else None
+    return (
+        ack.category == f.category
+        and (ack.workload is None or ack.workload == f.workload)
+        and (matcher is None or compile_accepted.accepts_finding(matcher, f))
+    )
 
 
 def apply(review: Review, acks: list[Ack]) -> Review:
     """The review with matching findings acknowledged (the latest ack in force wins) and the verdict
-    redone; expired acks that would have covered a finding are listed apart."""
-    if not acks:
+    redone; expired acks that would have covered a finding are listed apart, and config acks with
+    a `break:` that name no break of the head (stale) too."""
+    if not acks and not review.stale_acks:
         return review
     findings, expired = [], []
     in_force = [a for a in acks if not a.expired]
@@ -112,5 +135,8 @@ def apply(review: Review, acks: list[Ack]) -> Review:
             "findings": findings,
             "verdict": verdict_of(findings, review.inconclusive),
             "expired_acks": expired,
+            "stale_acks": compile_accepted.stale(
+                review, [(a.entry or "", a.accepted) for a in acks if a.accepted is not None]
+            ),
         }
     )

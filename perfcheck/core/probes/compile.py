@@ -9,6 +9,7 @@ from typing import Literal
 
 from perfcheck.core import compile_latency, deltas
 from perfcheck.core.markdown import Figure
+from perfcheck.core.probes.compile_accepted import accepts_break
 from perfcheck.core.probes.kind import (
     Cell,
     Column,
@@ -65,8 +66,10 @@ def _compile_findings(
             counter[_break_key(b)] += b.count
     added, removed = head_breaks - base_breaks, base_breaks - head_breaks
     fallout = _fallout_keys(head.graph_breaks, added)
+    accepted = _accepted_keys(wl, head.graph_breaks, added, config)
     over_budget = (
-        sum(n for key, n in added.items() if key not in fallout) > config.budgets.max_new_graph_breaks
+        sum(n for key, n in added.items() if key not in fallout and key not in accepted)
+        > config.budgets.max_new_graph_breaks
     )
     graphs = [base.graph_count, head.graph_count]
     # Each on the side that has it: a removed break is base's (its verify commands show base).
@@ -106,6 +109,25 @@ def _compile_findings(
                     )
                 )
     return _with_recompiles(wl, base, head, _under_their_breaks(_gone_with_the_frame(out)))
+
+
+def _accepted_keys(
+    wl: str, breaks: list[GraphBreak], added: Counter[tuple[str, str, str]], config: SettingsView
+) -> set[tuple[str, str, str]]:
+    """The new breaks an ack's `break:` accepts (compile_accepted.py), each judged
+    as its finding shows it (the first record of its line): not counted against
+    budgets.max_new_graph_breaks, so that the workload's other new breaks are judged as if it were
+    not there (its finding is acknowledged where the review's acks are applied, perfcheck/bot/acks.py)."""
+    out: set[tuple[str, str, str]] = set()
+    seen: set[tuple[str, str, str]] = set()
+    for gb in breaks:
+        key = _break_key(gb)
+        if key in seen:
+            continue
+        seen.add(key)
+        if added[key] and accepts_break(config.acks, wl, gb):
+            out.add(key)
+    return out
 
 
 def _at(loc: SourceLocation) -> str:
