@@ -88,6 +88,28 @@ class Recompile(Strict):
     )
 
 
+class RecompileLimitHit(Strict):
+    """A frame Dynamo gave up recompiling: its cache reached a recompile limit, so a call no cached
+    entry's guards accept runs eagerly from then on."""
+
+    function: str
+    location: SourceLocation | None = Field(
+        default=None, description="where the frame's code starts, as Recompile.location"
+    )
+    limit: str = Field(
+        description="the torch._dynamo.config limit hit: recompile_limit (a frame's entries) or "
+        "accumulated_recompile_limit (all of a code object's entries)"
+    )
+    value: int = Field(ge=0, description="the limit's value in the probe's process")
+    compiles: int | None = Field(
+        default=None, ge=0, description="compiles of the frame before the one the limit refused"
+    )
+    reason: str = Field(description="the last guard that failed, as Dynamo gave it")
+    made_at: SourceLocation | None = Field(
+        default=None, description="where the tree makes the value that guard checks, as Recompile.made_at"
+    )
+
+
 CompileMeasure = Literal["callgrind", "wall"]
 
 
@@ -126,6 +148,16 @@ class CompileMetrics(Strict):
         default=[],
         max_length=5000,
         description="the frames Dynamo compiled as frames of their own, `function path:first line`",
+    )
+    cache_entries: dict[str, int] = Field(
+        default_factory=dict,
+        max_length=5000,
+        description="compiled entries each frame (`function path:first line`, as in frames) holds in "
+        "Dynamo's cache after the probe's steps on the workload's inputs (the other batch's recompiles "
+        "are in recompile_count); empty where not measured",
+    )
+    recompile_limit_hits: list[RecompileLimitHit] = Field(
+        default=[], max_length=1000, description="frames that hit a recompile limit, once each"
     )
     second_batch: str | None = Field(
         default=None,

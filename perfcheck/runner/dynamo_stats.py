@@ -50,3 +50,23 @@ def compile_breakdown() -> dict[str, float]:
         out["inductor"] = inductor
     out["total"] = total
     return {k: round(v, 4) for k, v in out.items()}
+
+
+def cache_entries() -> dict[tuple[str, str, int], int]:
+    """How many compiled entries each code object Dynamo has compiled holds in its cache now, by
+    its name, file and first line (the frames that hold none left out): one per guard set that
+    passed, up to the recompile limit."""
+    convert_frame = sys.modules.get("torch._dynamo.convert_frame")
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    if convert_frame is None or eval_frame is None:
+        return {}
+    out: dict[tuple[str, str, int], int] = {}
+    for ref in list(convert_frame.input_codes.seen):
+        code = ref()
+        if code is None:
+            continue
+        n = len(eval_frame._debug_get_cache_entry_list(code))
+        if n:
+            key = (code.co_name, code.co_filename, code.co_firstlineno)
+            out[key] = max(out.get(key, 0), n)
+    return out

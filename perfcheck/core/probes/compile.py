@@ -23,7 +23,14 @@ from perfcheck.core.probes.kind import (
     status_cell,
     status_or,
 )
-from perfcheck.measures import CompileLatencyChange, CompileMetrics, GraphBreak, Recompile, SourceLocation
+from perfcheck.measures import (
+    CompileLatencyChange,
+    CompileMetrics,
+    GraphBreak,
+    Recompile,
+    RecompileLimitHit,
+    SourceLocation,
+)
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import COMPILE_RUNS_MAX, SettingsView
 
@@ -309,7 +316,9 @@ def _with_recompiles(
     wl: str, base: CompileMetrics, head: CompileMetrics, breaks: list[Finding]
 ) -> list[Finding]:
     """The break findings, each with the recompiles that exist only because of it (shown under
-    it, not counted again), then one finding per new guard cause, naming every frame it recompiles."""
+    it, not counted again), then one finding per frame that hits a recompile limit base does not
+    (with the recompiles of its guard that led there), then one finding per other new guard cause,
+    naming every frame it recompiles."""
     known = {_recompile_key(r) for r in base.recompiles}
     added = [f for f in breaks if f.category == "graph_break_added"]
     folded: dict[int, list[Recompile]] = {}
@@ -340,7 +349,76 @@ def _with_recompiles(
                 }
             )
         out.append(f)
-    return out + [_recompile_finding(wl, base, head, group) for group in by_guard.values()]
+    hits = [
+        h for h in head.recompile_limit_hits if not any(_same_hit(h, b) for b in base.recompile_limit_hits)
+    ]
+    limited = []
+    for hit in hits:
+        guard = normalize_guard(guard_expression(hit.reason))
+        group = by_guard.pop(guard, [])
+        led = [r for r in group if _resume_base(r.function) == _resume_base(hit.function)]
+        if len(led) < len(group):  # the guard's recompiles of other frames stay a finding of their own
+            by_guard[guard] = [r for r in group if r not in led]
+        limited.append(_limit_finding(wl, base, head, hit, led))
+    return out + limited + [_recompile_finding(wl, base, head, group) for group in by_guard.values()]
+
+
+def _same_hit(a: RecompileLimitHit, b: RecompileLimitHit) -> bool:
+    """The same frame hitting the same limit, on either side (by the frame's source text)."""
+    return (
+        a.limit == b.limit
+        and _resume_base(a.function) == _resume_base(b.function)
+        and _same_place(a.location, b.location)
+    )
+
+
+def _limit_finding(
+    wl: str, base: CompileMetrics, head: CompileMetrics, hit: RecompileLimitHit, led: list[Recompile]
+) -> Finding:
+    """A frame that recompiled until a recompile limit stopped it: Dynamo compiles it no more, and
+    a call its cached entries' guards do not accept runs eagerly, for the rest of the process (a
+    cliff: every step after it, where the guard keeps failing). Placed where the tree makes the
+    guarded value, when known; the recompiles of that guard that led there are shown under it."""
+    guard = guard_expression(hit.reason)
+    name = _resume_base(hit.function)
+    frame = f"{hit.function} {hit.location.path}:{hit.location.line}" if hit.location else None
+    entries = head.cache_entries.get(frame) if frame else None
+    took = (
+        f" after {hit.compiles} compile{'s' if hit.compiles != 1 else ''}" if hit.compiles is not None else ""
+    )
+    held = (
+        f"its {entries} compiled entr{'ies' if entries != 1 else 'y'}" if entries else "its compiled entries"
+    )
+    message = (
+        f"`{name}` hit the recompile limit torch._dynamo.config.{hit.limit} ({hit.value}){took}: "
+        f"`{guard}` kept failing; Dynamo compiles it no more, so the frame now runs eagerly on every "
+        f"call {held} do not accept"
+    )
+    if hit.made_at is not None and hit.made_at.in_tree:
+        message += f"; the guarded value is made at {hit.made_at.path}:{hit.made_at.line}"
+    return Finding(
+        category="recompile_limit_hit",
+        severity="error",
+        workload=wl,
+        probe="compile",
+        location=hit.made_at if hit.made_at is not None and hit.made_at.in_tree else hit.location,
+        message=message,
+        evidence={
+            "function": hit.function,
+            "limit": hit.limit,
+            "value": hit.value,
+            **({"compiles": hit.compiles} if hit.compiles is not None else {}),
+            **({"cache_entries": entries} if entries else {}),
+            "reason": hit.reason,
+            "recompiles": [base.recompile_count, head.recompile_count],
+            **({"recompiled_at": _at(hit.location)} if hit.location else {}),
+            **(
+                {"led_there": "\n".join(f"{_place(r)}: {guard_expression(r.reason)}" for r in led)}
+                if led
+                else {}
+            ),
+        },
+    )
 
 
 def _recompile_finding(
@@ -582,6 +660,15 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
                     "",
                 )
             )
+        if (bm and bm.cache_entries) or (hm and hm.cache_entries):
+            rows.append(
+                Row(
+                    "cache entries per frame (most)",
+                    cell(bc, _entries_cell(bm) if bm else None),
+                    cell(hc, _entries_cell(hm) if hm else None),
+                    deltas.count(_most_entries(bm), _most_entries(hm)) if bm and hm else "",
+                )
+            )
         either = hm or bm
         rows += _latency_rows(bm, hm, wl.compile_latency)
         first = "first compile of a process" if wl.compile_latency else "cold compile"
@@ -601,6 +688,26 @@ def rows(bc: ProbeResult | None, hc: ProbeResult | None, wl: WorkloadReview) -> 
             )
         )
     return settled(rows, bc, hc)
+
+
+def _most_entries(m: CompileMetrics) -> int:
+    return max(m.cache_entries.values(), default=0)
+
+
+def _entries_cell(m: CompileMetrics) -> str:
+    """The frame holding the most compiled entries in Dynamo's cache, how many frames hold any,
+    and the frames that hit a recompile limit (Dynamo compiles them no more)."""
+    if not m.cache_entries:
+        return "—"
+    frame, most = min(m.cache_entries.items(), key=lambda kv: (-kv[1], kv[0]))
+    function, _, at = frame.rpartition(" ")
+    text = f"{most} · {function} ({at})" if function else f"{most} · {frame}"
+    if len(m.cache_entries) > 1:
+        text += f" · {len(m.cache_entries)} frames"
+    hit = list(dict.fromkeys(_resume_base(h.function) for h in m.recompile_limit_hits))
+    if hit:
+        text += f" · limit hit: {', '.join(hit)} (runs eagerly)"
+    return text
 
 
 def _latency_rows(

@@ -8,6 +8,14 @@ Dynamo's, whatever the backend, and under Inductor the automatic-dynamic recompi
 was a second full compile (on the H200 about as long as the first, 50 s of ResNet-50's probe)
 that nothing else uses. Last, ``torch._dynamo.explain`` gives the graph breaks with Dynamo's own
 user stacks; breaks too are a Dynamo decision and do not depend on the backend.
+
+The first pass calls the step four times on the workload's inputs (one compile, then three
+repeats), the second three times (the other batch between two calls with the main inputs). A
+frame whose guard fails every step (it reads a Python int attribute it changes) compiles four times
+in the first pass: a ``torch._dynamo.config.recompile_limit`` of 3 or less (a workload may lower
+it) is hit within the probe, Dynamo's default of 8 is not. Each pass records the recompile limits
+Dynamo hits (perfcheck/runner/limit_log.py); the first, before Dynamo is reset, the compiled
+entries each frame holds in its cache.
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import time
 import traceback
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +34,18 @@ import torch
 import torch._dynamo
 from torch._dynamo.utils import counters, guard_failures
 
-from perfcheck.measures import CompileLatency, CompileMetrics, GraphBreak, Recompile, SourceLocation
-from perfcheck.runner import break_log
+from perfcheck.measures import (
+    CompileLatency,
+    CompileMetrics,
+    GraphBreak,
+    Recompile,
+    RecompileLimitHit,
+    SourceLocation,
+)
+from perfcheck.runner import break_log, limit_log
 from perfcheck.runner import step as steps
 from perfcheck.runner.break_log import LoggedBreak
-from perfcheck.runner.dynamo_stats import compile_breakdown, compiled_frames
+from perfcheck.runner.dynamo_stats import cache_entries, compile_breakdown, compiled_frames
 from perfcheck.runner.locate import (
     innermost_user_frame,
     lines_of,
@@ -58,6 +74,25 @@ def _recompiled_at(code: Any, tree: Path) -> SourceLocation:
     are told apart."""
     frame = traceback.FrameSummary(code.co_filename, code.co_firstlineno, code.co_name)
     return to_location(frame, tree, qualname=code.co_qualname)
+
+
+@dataclass(frozen=True)
+class _CodeRef:
+    """A code object known only by its name, file and first line (Dynamo's warning that a frame hit
+    a recompile limit names no more): its qualified name found by position, as ``made_at`` reads it."""
+
+    co_name: str
+    co_filename: str
+    co_firstlineno: int
+
+    @property
+    def co_qualname(self) -> str:
+        return qualified_name(self.co_filename, self.co_firstlineno, self.co_name) or self.co_name
+
+
+def _code_at(code: tuple[str, str, int], tree: Path) -> SourceLocation:
+    """``_recompiled_at`` of a code object known by its name, file and first line."""
+    return _recompiled_at(_CodeRef(*code), tree)
 
 
 # The guarded value's name in a failed guard: the last attribute of a path from the frame's
@@ -133,6 +168,13 @@ def _key(r: Recompile) -> _Key:
     return (loc.path, loc.line, loc.function or r.function, r.reason)
 
 
+def _guarded_made_at(text: str, code: Any, tree: Path) -> SourceLocation | None:
+    """Where the tree makes the value failed guard ``text`` checks, in the recompiled ``code``'s own
+    class first (``made_at``)."""
+    name = guarded_name(text)
+    return made_at(name, tree, code, bool(_TENSOR_GUARD.search(text))) if name else None
+
+
 def _recompile_reasons(tree: Path) -> list[Recompile]:
     out: list[Recompile] = []
     seen: set[_Key] = set()
@@ -143,10 +185,53 @@ def _recompile_reasons(tree: Path) -> list[Recompile]:
             if key not in seen:
                 seen.add(key)
                 location = _recompiled_at(code, tree)
-                name = guarded_name(text)
-                origin = made_at(name, tree, code, bool(_TENSOR_GUARD.search(text))) if name else None
+                origin = _guarded_made_at(text, code, tree)
                 out.append(Recompile(function=code.co_name, reason=text, location=location, made_at=origin))
     return out
+
+
+def _frame_name(code: tuple[str, str, int], tree: Path) -> str:
+    """A frame as CompileMetrics.frames names it: ``function path:first line``."""
+    loc = to_location(traceback.FrameSummary(code[1], code[2], code[0]), tree)
+    return f"{code[0]} {loc.path}:{loc.line}"
+
+
+def _cache_entries(tree: Path) -> dict[str, int]:
+    """The compiled entries each frame holds in Dynamo's cache now."""
+    out: dict[str, int] = {}
+    for code, n in cache_entries().items():
+        name = _frame_name(code, tree)
+        out[name] = max(out.get(name, 0), n)
+    return out
+
+
+def _limit_hits(
+    heard: list[limit_log.LimitHit], tree: Path, into: list[RecompileLimitHit]
+) -> list[RecompileLimitHit]:
+    """``into`` with the recompile limits Dynamo was heard hitting, once per frame and limit (the
+    probe's first pass, which compiles with the configured backend, first)."""
+    out = list(into)
+    seen = {(h.function, _at(h.location), h.limit) for h in out}
+    for hit in heard:
+        location = _code_at(hit.code, tree)
+        record = RecompileLimitHit(
+            function=hit.code[0],
+            location=location,
+            limit=hit.limit,
+            value=hit.value,
+            compiles=hit.compiles,
+            reason=_guard_text(hit.reason),
+            made_at=_guarded_made_at(_guard_text(hit.reason), _CodeRef(*hit.code), tree),
+        )
+        key = (record.function, _at(record.location), record.limit)
+        if key not in seen:
+            seen.add(key)
+            out.append(record)
+    return out
+
+
+def _at(loc: SourceLocation | None) -> str:
+    return f"{loc.path}:{loc.line}" if loc is not None else "?"
 
 
 def compiled_frame_names(tree: Path) -> list[str]:
@@ -396,7 +481,7 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
     step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
 
-    with break_log.recording() as logged:
+    with break_log.recording() as logged, limit_log.recording() as heard:
         start = time.perf_counter()
         try:
             step(*built.inputs)
@@ -412,13 +497,18 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     # state the first step set up (a buffer that took the batch's shape); one that fails again
     # on the next repeats fails every step. A recompile may break where the first compile did
     # not (the code after a break, recompiled for a value that crossed it): heard too.
-    with break_log.recording() as later:
+    with break_log.recording() as later, limit_log.recording() as heard_later:
         step(*built.inputs)
         once = _recompile_counts(tree)
         for _ in range(2):
             step(*built.inputs)
         steps.synchronize(spec.device)
     again = _recompile_counts(tree)
+    # What each frame holds in Dynamo's cache after the workload's own steps on its inputs (the
+    # other batch's recompiles are counted in recompile_count), and the frames whose recompiles
+    # reached a limit: Dynamo compiles them no more, and runs them eagerly.
+    entries = _cache_entries(tree)
+    hits = _limit_hits(heard + heard_later, tree, [])
     recompiles = [
         r.model_copy(update={"every_step": True})
         if _key(r) not in during_first and again.get(_key(r), 0) > once.get(_key(r), 0)
@@ -435,10 +525,12 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     other = build()
     traced = torch.compile(steps.prepare(other.model, wl.train), backend="eager", dynamic=cfg.dynamic)
     traced_step = steps.make_step(traced, wl.train, wl.amp, spec.device)
-    traced_step(*other.inputs)
-    before_second = compiled_frames()
-    second_batch = _second_batch(traced_step, other)
-    steps.synchronize(spec.device)
+    with limit_log.recording() as heard_second:
+        traced_step(*other.inputs)
+        before_second = compiled_frames()
+        second_batch = _second_batch(traced_step, other)
+        steps.synchronize(spec.device)
+    hits = _limit_hits(heard_second, tree, hits)
     seen = {_key(r) for r in recompiles}
     recompiles += [r for r in _recompile_reasons(tree) if _key(r) not in seen]
     recompile_count += compiled_frames() - before_second
@@ -466,6 +558,8 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
         recompile_count=recompile_count,
         recompiles=recompiles,
         frames=frames,
+        cache_entries=entries,
+        recompile_limit_hits=hits,
         second_batch=second_batch,
         cold_compile_s=round(cold, 4),
         compile_breakdown_s=breakdown,
