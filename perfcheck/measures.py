@@ -14,6 +14,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    model_validator,
 )
 
 # error fails the check, warning is shown but does not fail, info is neutral or good news.
@@ -45,6 +46,17 @@ class SourceLocation(Strict):
     in_tree: bool = Field(default=True, description="the path is a file of the reviewed repository")
 
 
+BlockKind = Literal["if", "for", "async for", "while", "with", "async with", "try", "match"]
+
+
+class NestingBlock(Strict):
+    """A control-flow block around a graph break, within the break's own function."""
+
+    kind: BlockKind
+    line: int = Field(ge=1, description="the line of the header that opens it (an `elif`'s own)")
+    code: str | None = Field(default=None, description="that header, stripped")
+
+
 class GraphBreak(Strict):
     break_type: str = Field(
         description="Dynamo's graph-break type, e.g. 'Unsupported Tensor.item() call ...'"
@@ -68,6 +80,22 @@ class GraphBreak(Strict):
         description="Dynamo took it only while recompiling the code after the break at this line (that "
         "break's resume function), never on a first compile of that code",
     )
+    nesting_depth: int | None = Field(
+        default=None,
+        ge=0,
+        description="how many if/for/while/with/try/match blocks are around the break's line within "
+        "its own function (0: at the function's top level); None where the probe could not read "
+        "the source file, or a result from before perfcheck measured it",
+    )
+    nesting: list[NestingBlock] = Field(
+        default=[], description="those blocks, outermost first (as many as nesting_depth)"
+    )
+
+    @model_validator(mode="after")
+    def _depth_is_its_blocks(self) -> GraphBreak:
+        if len(self.nesting) != (self.nesting_depth or 0):
+            raise ValueError(f"nesting_depth {self.nesting_depth} but {len(self.nesting)} nesting block(s)")
+        return self
 
 
 class Recompile(Strict):

@@ -22,10 +22,12 @@ class _NoHistory(Exception):
     """The history store is unusable; the message says why."""
 
 
-def _from_history(db: Path, reviews: int) -> tuple[dict[tuple[str, str], int] | None, list[Any]]:
-    """Break counts over the store's last ``reviews`` reviews and its A/A runs (plotted over time);
-    (None, []) when this perfcheck has no history reader, so the report falls back to the review's
-    own breaks."""
+def _from_history(
+    db: Path, reviews: int, by: str = "type"
+) -> tuple[dict[tuple[str, str], int] | None, list[Any]]:
+    """Break counts (by break type or nesting depth) over the store's last ``reviews`` reviews and
+    its A/A runs (plotted over time); (None, []) when this perfcheck has no history reader, so the
+    report falls back to the review's own breaks."""
     try:
         history = importlib.import_module("perfcheck.core.history")
     except ImportError:
@@ -37,7 +39,7 @@ def _from_history(db: Path, reviews: int) -> tuple[dict[tuple[str, str], int] | 
     except history.HistoryError as err:
         raise _NoHistory(str(err)) from None
     try:
-        counts: dict[tuple[str, str], int] = history.break_heatmap(conn, reviews)
+        counts: dict[tuple[str, str], int] = history.break_heatmap(conn, reviews, by)
         aa_runs: list[Any] = history.aa_runs(conn)
     except (history.HistoryError, sqlite3.Error) as err:
         raise _NoHistory(f"{db}: cannot read the history ({err})") from None
@@ -55,11 +57,11 @@ def _cmd_html(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, Path.cwd())  # first: its plugins' categories are known then
         review = load_review(args.result)
-        heatmap, aa_runs = _from_history(args.history, args.last) if args.history else (None, [])
+        heatmap, aa_runs = _from_history(args.history, args.last, args.by) if args.history else (None, [])
     except (ConfigError, ContractError, _NoHistory) as err:
         print(f"perfcheck: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    html = render_html(review, heatmap, args.templates, merged(config.matrix), aa_runs)
+    html = render_html(review, heatmap, args.templates, merged(config.matrix), aa_runs, heatmap_by=args.by)
     if args.out is None:
         sys.stdout.write(html)
         return 0
@@ -79,7 +81,8 @@ def add_html_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         help="render a result.json as one self-contained HTML report",
         description="Render a recorded review as a single HTML file (inline CSS and SVG charts, no "
         "scripts, no network): verdict, per-workload tables, findings with their evidence, kernel "
-        "time changes, the GPU time breakdown and a graph-break heatmap.",
+        "time changes, the GPU time breakdown, a graph-break heatmap and, per frame, the graph breaks "
+        "by nesting depth (the if/for/while/with/try/match blocks around each in its function).",
         epilog="Exit codes: 0 written, 2 unreadable result or history store.",
     )
     html.add_argument("result", type=Path, help="a result.json written by `perfcheck review` or `report`")
@@ -107,5 +110,13 @@ def add_html_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentPars
         type=positive,
         default=50,
         help="with --db: how many recent reviews the heatmap covers (default %(default)s)",
+    )
+    html.add_argument(
+        "--by",
+        choices=("type", "depth"),
+        default="type",
+        help="the heatmap's rows: Dynamo's break type, or the nesting depth of each break (depth 0, 1, "
+        "2, 3+: the blocks around its line in its function; 'depth unknown' for breaks recorded "
+        "before perfcheck measured it), with or without --db (default %(default)s)",
     )
     html.set_defaults(func=_cmd_html)

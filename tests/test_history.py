@@ -58,7 +58,7 @@ def test_open_store_creates_the_file_and_its_folders_at_the_latest_version(tmp_p
     path = tmp_path / "deep" / "er" / "history.sqlite"
     open_store(path).close()
     assert path.is_file()
-    assert version(path) == LATEST == 3
+    assert version(path) == LATEST == 4
     # Opening again is a no-op, not a second migration.
     conn = open_store(path)
     assert {"reviews", "findings", "workload_metrics", "workload_outcomes"} <= tables(conn)

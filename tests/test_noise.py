@@ -368,7 +368,7 @@ def test_a_v2_store_migrates_in_place_and_its_reviews_stay_out_of_the_aa_runs(
     raw.executescript(V2_SQL)
     raw.close()
     with contextlib.closing(open_store(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == history.LATEST == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == history.LATEST == 4
         old = dict(conn.execute("SELECT * FROM reviews WHERE id = 1").fetchone())
         assert (old["repository"], old["runner_class"], old["aa"]) == ("acme/m", None, 0)
         assert [r.head for r in history.trend(conn, "mlp", "step_ms", 5)] == [1.6]

@@ -12,10 +12,11 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from perfcheck.core import break_depth
 from perfcheck.core.markdown import visible
 from perfcheck.core.matrix import of_chart
 from perfcheck.core.probes.profile import TraceMetrics
@@ -159,17 +160,29 @@ def breakdowns(review: Review) -> dict[str, tuple[Split | None, Split | None]]:
     return out
 
 
-def break_counts(review: Review) -> dict[tuple[str, str], int]:
-    """(workload, break type) -> the findings of this review whose category feeds the heatmap (new
-    graph breaks): its input when there is no history store. Findings are counted, not break
-    sites, as the history store counts."""
+HeatmapBy = Literal["type", "depth"]
+HEATMAP_BY: tuple[HeatmapBy, ...] = ("type", "depth")
+HEATMAP_TITLES: dict[HeatmapBy, str] = {
+    "type": "graph breaks by workload and break type",
+    "depth": "graph breaks by workload and nesting depth (blocks around the line in its function)",
+}
+
+
+def break_counts(review: Review, by: HeatmapBy = "type") -> dict[tuple[str, str], int]:
+    """(workload, break type or nesting depth) -> the findings of this review whose category feeds
+    the heatmap (new graph breaks): its input when there is no history store. Findings are
+    counted, not break sites, as the history store counts."""
     out: dict[tuple[str, str], int] = {}
     feeding = of_chart("break_heatmap")
     for f in review.findings:
         if f.category not in feeding:
             continue
-        kind = f.evidence.get("break_type")
-        key = (f.workload, kind if isinstance(kind, str) and kind else UNKNOWN_BREAK)
+        if by == "depth":
+            row = break_depth.heatmap_row(f.evidence.get("nesting_depth"))
+        else:
+            kind = f.evidence.get("break_type")
+            row = kind if isinstance(kind, str) and kind else UNKNOWN_BREAK
+        key = (f.workload, row)
         out[key] = out.get(key, 0) + 1
     return out
 
@@ -306,8 +319,9 @@ def svg_breakdown(base: Split | None, head: Split | None, title: str = "") -> st
 
 
 def svg_heatmap(counts: Mapping[tuple[str, str], int], title: str = "") -> str:
-    """Graph breaks as a grid: a row per break type (long, so it gets the wide left column), a
-    column per workload, darker for more breaks."""
+    """Graph breaks as a grid: a row per break type (long, so it gets the wide left column) or
+    nesting depth (``break_depth.heatmap_row``: they sort in depth order), a column per workload, darker for
+    more breaks."""
     workloads = sorted({w for w, _ in counts})
     kinds = sorted({k for _, k in counts})
     label_w, cell_w, cell_h, pad = 330, 110, 26, 46

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from perfcheck.core import noise
+from perfcheck.core import break_depth, noise
 from perfcheck.core.timing_gate import peak_memory, side_figure
 from perfcheck.measures import CompileMetrics, TimingMetrics
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview, probe_metrics
@@ -115,8 +115,14 @@ def _v3(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX reviews_by_aa ON reviews(aa, runner_class, recorded_at)")
 
 
+def _v4(conn: sqlite3.Connection) -> None:
+    # Each graph break's nesting depth (the blocks around its line in its function), so that the
+    # heatmap can be drawn by depth. Earlier findings keep none: their depth is unknown.
+    conn.execute("ALTER TABLE findings ADD COLUMN nesting_depth INTEGER")
+
+
 # Append only: entry i takes a store from version i to i + 1. Never edit or drop a shipped step.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_v1, _v2, _v3, _v4)
 LATEST = len(MIGRATIONS)
 
 
@@ -235,7 +241,9 @@ def metric_rows(workload: WorkloadReview) -> list[tuple[str, str, str, float]]:
     ]
 
 
-def finding_row(f: Finding) -> tuple[str, str, str, str, str | None, int | None, str | None]:
+def finding_row(
+    f: Finding,
+) -> tuple[str, str, str, str, str | None, int | None, str | None, int | None]:
     break_type = f.evidence.get("break_type")
     return (
         f.category,
@@ -245,6 +253,7 @@ def finding_row(f: Finding) -> tuple[str, str, str, str, str | None, int | None,
         f.location.path if f.location else None,
         f.location.line if f.location else None,
         break_type if isinstance(break_type, str) else None,
+        break_depth.evidence_depth(f.evidence),
     )
 
 
@@ -301,7 +310,7 @@ def record(
         )
         conn.executemany(
             "INSERT INTO findings (review_id, category, severity, workload, message, path, line, "
-            "break_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            "break_type, nesting_depth) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [(review_id, *finding_row(f)) for f in review.findings],
         )
         conn.executemany(
@@ -358,13 +367,20 @@ def workloads(conn: sqlite3.Connection) -> list[str]:
 UNKNOWN_BREAK = "(unknown)"
 
 
-def break_heatmap(conn: sqlite3.Connection, limit_reviews: int) -> dict[tuple[str, str], int]:
+def break_heatmap(
+    conn: sqlite3.Connection, limit_reviews: int, by: str = "type"
+) -> dict[tuple[str, str], int]:
     """(workload, graph-break type) -> the findings over the last ``limit_reviews`` reviews whose
-    category feeds the heatmap (its matrix entry's ``chart``: new graph breaks)."""
+    category feeds the heatmap (its matrix entry's ``chart``: new graph breaks); ``by="depth"``:
+    (workload, ``depth 0`` … ``depth 3+``, or ``depth unknown`` for findings recorded without one)."""
     from perfcheck.core.matrix import of_chart  # the matrix's data, read only where a chart is drawn
 
     feeding = sorted(of_chart("break_heatmap"))
     marks = ", ".join("?" * len(feeding))
+    if by == "depth":
+        return _depth_heatmap(conn, limit_reviews, feeding)
+    if by != "type":
+        raise ValueError(f"unknown heatmap rows {by!r}; expected type or depth")
     rows = conn.execute(
         f"""SELECT f.workload, COALESCE(f.break_type, ?), COUNT(*)
            FROM findings f
@@ -374,6 +390,27 @@ def break_heatmap(conn: sqlite3.Connection, limit_reviews: int) -> dict[tuple[st
         (UNKNOWN_BREAK, *feeding, limit_reviews, UNKNOWN_BREAK),
     ).fetchall()
     return {(w, b): int(n) for w, b, n in rows}
+
+
+def _depth_heatmap(
+    conn: sqlite3.Connection, limit_reviews: int, feeding: list[str]
+) -> dict[tuple[str, str], int]:
+    """The heatmap's counts by nesting depth. The store may come from a cache: a stored depth that
+    is no count of blocks is an unknown depth, never a row of its own."""
+    marks = ", ".join("?" * len(feeding))
+    rows = conn.execute(
+        f"""SELECT f.workload, f.nesting_depth, COUNT(*)
+           FROM findings f
+           WHERE f.category IN ({marks})
+             AND f.review_id IN (SELECT id FROM reviews ORDER BY recorded_at DESC, id DESC LIMIT ?)
+           GROUP BY f.workload, f.nesting_depth""",  # the categories as placeholders, never as text
+        (*feeding, limit_reviews),
+    ).fetchall()
+    out: dict[tuple[str, str], int] = {}
+    for workload, depth, n in rows:
+        key = (workload, break_depth.heatmap_row(depth))
+        out[key] = out.get(key, 0) + int(n)
+    return out
 
 
 # ---------------------------------------------------------------- A/A runs (perfcheck/core/noise.py)

@@ -13,7 +13,7 @@ from typing import Any
 import jinja2
 from markupsafe import Markup
 
-from perfcheck.core import charts, markdown, noise_chart, probes
+from perfcheck.core import break_depth, charts, markdown, noise_chart, probes
 from perfcheck.core.causes import Grouped, grouped
 from perfcheck.core.matrix import Entry
 from perfcheck.core.noise import WorkloadRun
@@ -149,13 +149,19 @@ def _html_env(custom: Path | None) -> jinja2.Environment:
 
 
 def _html_charts(
-    review: Review, heatmap: dict[tuple[str, str], int] | None, aa_runs: Sequence[WorkloadRun]
+    review: Review,
+    heatmap: dict[tuple[str, str], int] | None,
+    aa_runs: Sequence[WorkloadRun],
+    heatmap_by: charts.HeatmapBy = "type",
 ) -> dict[str, Any]:
     # The chart functions escape every name they draw, so their SVG is marked safe here and only here.
-    counts = heatmap if heatmap is not None else charts.break_counts(review)
+    counts = heatmap if heatmap is not None else charts.break_counts(review, heatmap_by)
     steps = charts.step_figures(review)
+    title = charts.HEATMAP_TITLES[heatmap_by]
     return {
-        "heatmap": Markup(charts.svg_heatmap(counts)) if counts else None,
+        "heatmap": Markup(charts.svg_heatmap(counts, title)) if counts else None,
+        # A table of text, escaped as the template prints it.
+        "depths": break_depth.depth_table(review),
         "aa": [Markup(noise_chart.svg_aa_spread(s)) for s in noise_chart.series(aa_runs)],
         "steps": steps,
         "kernels": {
@@ -175,8 +181,11 @@ def render_html(
     template_dir: Path | None = None,
     matrix: dict[str, Entry] | None = None,
     aa_runs: Sequence[WorkloadRun] | None = None,
+    heatmap_by: charts.HeatmapBy = "type",
 ) -> str:
     """One self-contained HTML file; ``heatmap`` is the history store's break counts when there is one,
-    else the review's own new breaks are drawn; ``aa_runs``, the store's A/A runs, are plotted."""
+    else the review's own new breaks are drawn, by break type or by nesting depth (``heatmap_by``,
+    which names the rows a given ``heatmap`` has); ``aa_runs``, the store's A/A runs, are plotted."""
     template = _html_env(template_dir).get_template("report.html.j2")
-    return template.render(**_context(review, matrix), charts=_html_charts(review, heatmap, aa_runs or ()))
+    drawn = _html_charts(review, heatmap, aa_runs or (), heatmap_by)
+    return template.render(**_context(review, matrix), charts=drawn)

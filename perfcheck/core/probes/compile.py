@@ -7,7 +7,7 @@ import re
 from collections import Counter
 from typing import Literal
 
-from perfcheck.core import compile_latency, deltas
+from perfcheck.core import break_depth, compile_latency, deltas
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.compile_accepted import accepts_break
 from perfcheck.core.probes.kind import (
@@ -98,7 +98,9 @@ def _compile_findings(
                         workload=wl,
                         probe="compile",
                         location=gb.location,
-                        message=f"Dynamo {verb} the graph here: {gb.break_type}" + _origin_words(gb),
+                        message=f"Dynamo {verb} the graph here: {gb.break_type}"
+                        + _nesting_words(gb)
+                        + _origin_words(gb),
                         evidence={
                             "side": side,
                             "break_type": gb.break_type,
@@ -112,6 +114,7 @@ def _compile_findings(
                                 if gb.recompiling_after
                                 else {}
                             ),
+                            **_nesting_evidence(gb),
                         },
                     )
                 )
@@ -135,6 +138,29 @@ def _accepted_keys(
         if added[key] and accepts_break(config.acks, wl, gb):
             out.add(key)
     return out
+
+
+def _nesting_words(gb: GraphBreak) -> str:
+    """`` (inside 2 nested blocks: for › if)`` where the break is inside blocks of its function."""
+    said = break_depth.words(gb.nesting_depth, [b.kind for b in gb.nesting])
+    return f" ({said})" if said else ""
+
+
+def _nesting_evidence(gb: GraphBreak) -> dict[str, object]:
+    """The break's nesting depth (0: its function's top level) and, inside blocks, their kinds
+    and headers, outermost first; nothing where the probe could not read the source."""
+    if gb.nesting_depth is None:
+        return {}
+    if not gb.nesting:
+        return {"nesting_depth": 0}
+    path = gb.location.path if gb.location else "?"
+    return {
+        "nesting_depth": gb.nesting_depth,
+        "nesting": " › ".join(b.kind for b in gb.nesting),
+        "nesting_blocks": "\n".join(
+            f"{path}:{b.line}  {'  ' * i}{b.code or b.kind}" for i, b in enumerate(gb.nesting)
+        ),
+    }
 
 
 def _at(loc: SourceLocation) -> str:

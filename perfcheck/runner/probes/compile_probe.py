@@ -38,11 +38,12 @@ from perfcheck.measures import (
     CompileLatency,
     CompileMetrics,
     GraphBreak,
+    NestingBlock,
     Recompile,
     RecompileLimitHit,
     SourceLocation,
 )
-from perfcheck.runner import break_log, limit_log
+from perfcheck.runner import break_log, limit_log, nesting
 from perfcheck.runner import step as steps
 from perfcheck.runner.break_log import LoggedBreak
 from perfcheck.runner.dynamo_stats import cache_entries, compile_breakdown, compiled_frames
@@ -319,9 +320,20 @@ def graph_breaks_of(
                 origin=p["origin"],
                 fell_back=p["fell_back"],
                 recompiling_after=p["after"] if not p["first_compiles"] else None,
+                **_nesting_fields(p["nesting"]),
             )
         )
     return out
+
+
+def _nesting_fields(blocks: list[nesting.Block] | None) -> dict[str, Any]:
+    """GraphBreak's nesting_depth and nesting; nothing where the source could not be read."""
+    if blocks is None:
+        return {}
+    return {
+        "nesting_depth": len(blocks),
+        "nesting": [NestingBlock(kind=b.kind, line=b.line, code=b.code or None) for b in blocks],  # type: ignore[arg-type]
+    }
 
 
 def _add(
@@ -339,9 +351,8 @@ def _add(
     key = (location.path, location.line)
     if key in skip:
         return
-    place = places.setdefault(
-        key,
-        {
+    if key not in places:
+        places[key] = {
             "location": location,
             "reason": "",
             "note": "",
@@ -352,8 +363,11 @@ def _add(
             "origin": None,
             "after": None,
             "first_compiles": 0,
-        },
-    )
+            # The blocks around the line in its own function, read from the side's own file here,
+            # in the probe process: the report job never parses the tree's code.
+            "nesting": nesting.blocks_in_file(frame.filename, frame.lineno or 0, frame.name),
+        }
+    place = places[key]
     after = _recompiling_after(lb, tree)
     if after is None:
         place["first_compiles"] += 1
