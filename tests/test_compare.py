@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from perfcheck.config import Config, parse_config
 from perfcheck.core.compare import compare
-from perfcheck.core.probes.compile import normalize_guard
+from perfcheck.core.probes.compile_recompiles import normalize_guard
 from perfcheck.core.probes.export import ExportMetrics
 from perfcheck.measures import CompileMetrics, GraphBreak, Recompile, SourceLocation
 from perfcheck.schema import ProbeResult, WorkloadReview
