@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -95,10 +96,11 @@ def test_a_plugin_probe_runs_compares_and_renders_like_a_built_in_one(tmp_path: 
     assert "Parameter count grew" in comment  # the plugin's own title, from its matrix entry
     # its matrix entry: the likely cause and a command that verifies it, as printed
     assert "Likely cause: a layer was widened or added" in comment
-    # (perfcheck as this test started it, the review's own output folder)
+    # (perfcheck as this test started it, with the PYTHONPATH it found the plugin by, the review's
+    # own output folder)
     assert (
-        f"`python -m perfcheck review --out {out}/verify --no-compile-latency --base BASE --head HEAD "
-        "--workloads net --probes toy`"
+        f"`PYTHONPATH={shlex.quote(str(TESTS))} python -m perfcheck review --out {out}/verify "
+        "--no-compile-latency --base BASE --head HEAD --workloads net --probes toy`"
     ) in comment
     assert "Allowed growth" in comment and "10 %" in comment  # its detail field
 
