@@ -39,6 +39,7 @@ from perfcheck.measures import (
     TimingChange,
     Verdict,
 )
+from perfcheck.trace_schema import TraceDiffDoc, TraceSummaryDoc
 from perfcheck.vocabulary import categories, metrics_model, metrics_models
 
 # 2: timing is measured per worker process (TimingMetrics.processes), with device time on GPUs.
@@ -47,8 +48,6 @@ from perfcheck.vocabulary import categories, metrics_model, metrics_models
 # 4: a review's findings grouped by cause (Review.causes); a version 3 document is read as one
 # without (its groups are made from its findings when it is shown).
 SCHEMA_VERSION: Final = 4
-# The trace documents (`perfcheck trace ... --json`) did not change with version 3: they keep 2.
-TRACE_SCHEMA_VERSION: Final = 2
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -410,72 +409,6 @@ class ProbeRun(Strict):
         description="the run was stopped before its end: its workloads hold what finished before",
     )
     stopped_after_s: float | None = Field(default=None, ge=0, description="when, after its start")
-
-
-# -- `perfcheck trace summary|diff --json`: documents a script can rely on --------------------------
-
-
-class TraceOpDoc(Strict):
-    name: str
-    kind: str = Field(description="compute, communication, memory for GPU activity; cpu_op for CPU ops")
-    count: int = Field(ge=0)
-    total_us: float = Field(description="over the analysed steps (GPU time; CPU ops: self time)")
-    per_step_us: float
-    variants: int = Field(
-        default=1,
-        ge=1,
-        description="full names added up in this row: more than 1 only when naming is hta-short",
-    )
-
-
-TraceNaming = Literal["full", "hta-short"]
-NAMING_DESCRIPTION = (
-    "what keys the rows: full kernel (or CPU op) names, or hta-short: HolisticTraceAnalysis "
-    "0.5.0's short name (--short-names), the rows of its TraceDiff with use_short_name=True"
-)
-
-
-class TraceBreakdownDoc(Strict):
-    span_us: float = Field(description="first to last GPU activity of the analysed steps")
-    idle_pct: float
-    compute_pct: float
-    non_compute_pct: float
-
-
-class TraceSummaryDoc(Strict):
-    schema_version: Literal[2] = TRACE_SCHEMA_VERSION
-    kind: Literal["trace-summary"] = "trace-summary"
-    file: str
-    events: int = Field(ge=0, description="events with a duration")
-    steps: list[int] = Field(description="the N of each ProfilerStep#N analysed")
-    steps_chosen: bool = Field(description="chosen with --steps; false: every step but the last, as HTA does")
-    last_step_dropped: bool
-    on_gpu: bool = Field(description="ops are GPU kernels; false: CPU ops by self time")
-    breakdown: TraceBreakdownDoc | None = None
-    comm_overlap_pct: float | None = Field(
-        default=None, description="communication time with compute running; None without communication"
-    )
-    naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)
-    ops: list[TraceOpDoc] = Field(description="largest total first; all of them, --top does not cut")
-
-
-class TraceChangeDoc(Strict):
-    status: Literal["added", "removed", "changed"]
-    name: str
-    base_us: float | None = Field(description="per analysed step; None: not in base")
-    head_us: float | None
-    delta_us: float
-
-
-class TraceDiffDoc(Strict):
-    schema_version: Literal[2] = TRACE_SCHEMA_VERSION
-    kind: Literal["trace-diff"] = "trace-diff"
-    naming: TraceNaming = Field(default="full", description=NAMING_DESCRIPTION)
-    base: TraceSummaryDoc
-    head: TraceSummaryDoc
-    changes: list[TraceChangeDoc] = Field(
-        description="largest absolute change first; unchanged names left out"
-    )
 
 
 # A result document larger than this is refused before it is parsed.

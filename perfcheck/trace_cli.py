@@ -171,10 +171,10 @@ def _load(path: Path, args: argparse.Namespace, steps: str | None) -> TraceSumma
 
 
 # What `--json` prints is a `perfcheck schema trace-summary` / `trace-diff` document: the fields
-# of perfcheck.schema's TraceSummaryDoc and TraceDiffDoc, in their order, written as pydantic
+# of perfcheck.trace_schema's TraceSummaryDoc and TraceDiffDoc, in their order, written as pydantic
 # writes them (tests/test_startup.py holds the two to the same text on real traces), without
 # importing pydantic, which would cost a trace command more than a small trace's whole analysis.
-SCHEMA_VERSION = 2  # perfcheck.schema.TRACE_SCHEMA_VERSION, which the trace documents carry
+SCHEMA_VERSION = 2  # perfcheck.trace_schema.TRACE_SCHEMA_VERSION, which the trace documents carry
 Document = dict[str, Any]
 
 

@@ -23,7 +23,7 @@ import pytest
 from perfcheck import trace_cli
 from perfcheck.cli import _PARSERS, COMMANDS, build_parser, main
 from perfcheck.core.trace import by_hta_short_name, summarize
-from perfcheck.schema import TRACE_SCHEMA_VERSION, TraceDiffDoc, TraceSummaryDoc
+from perfcheck.trace_schema import TRACE_SCHEMA_VERSION, TraceDiffDoc, TraceSummaryDoc
 
 DATA = Path(__file__).parent / "data"
 SMALL = DATA / "h200-device-pass.trace.json.gz"  # 129 timed events

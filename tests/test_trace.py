@@ -35,8 +35,8 @@ from perfcheck.core.trace import (
     summarize,
     summarize_events,
 )
-from perfcheck.schema import TraceDiffDoc
 from perfcheck.trace_cli import add_trace_parser
+from perfcheck.trace_schema import TraceDiffDoc
 
 GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
 ELEMENTWISE = "void elementwise_kernel<{lambda(float)#1}, 4>(int, {lambda(float)#1})"
