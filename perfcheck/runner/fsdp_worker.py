@@ -35,6 +35,7 @@ from torch.distributed import fsdp as fsdp_api
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
+from perfcheck.core.probes.collective_groups import RankCalls
 from perfcheck.core.probes.ddp import RankGraphs
 from perfcheck.core.probes.fsdp_models import (
     FsdpMetrics,
@@ -47,7 +48,7 @@ from perfcheck.core.probes.fsdp_models import (
     unit_name,
 )
 from perfcheck.measures import SourceLocation
-from perfcheck.runner import break_log
+from perfcheck.runner import break_log, comm_groups
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import comm_overlap_pct
 from perfcheck.runner.ddp_worker import gather_lines, rank_device
@@ -345,13 +346,17 @@ def run_variant(
         net, True, spec.workload.amp, kind, optimizer=torch.optim.SGD(b.model.parameters(), lr=0.0)
     )
     times: list[float] = []
+    since = None
     with break_log.recording() as logged:
         for i in range(settings.steps):
+            if i == settings.steps - 1:  # the last step's collectives, with their groups
+                since = comm_groups.mark()
             start = time.perf_counter()
             step(*b.inputs)
             steps.synchronize(kind)
             if i:  # the first step compiles
                 times.append((time.perf_counter() - start) * 1000)
+        calls = comm_groups.calls_since(since, Path(spec.tree), rec.sites)
         events = profile_steps(
             step, b.inputs, device, out_dir / f"trace-{variant}-rank{dist.get_rank()}.json"
         )
@@ -369,6 +374,8 @@ def run_variant(
         collectives=collectives(events, world, PROFILED_STEPS, b.units.by_fqn if b.units else None),
         comm_overlap_pct=comm_overlap_pct(events),
         peak_memory_mb=[_memory_mb(device)],
+        # this rank's own; main() gathers every rank's
+        collective_calls=[RankCalls(ranks=[dist.get_rank()], calls=calls)],
     )
     if variant == "compiled_layers":  # the next variant starts from the plain modules again
         for m in [m for name, m in _units(b.model).items() if name] or [b.model]:
@@ -407,6 +414,7 @@ def main(argv: list[str]) -> int:
     backend = (
         settings.backend if settings.backend != "auto" else ("nccl" if device.startswith("cuda") else "gloo")
     )
+    comm_groups.enable()
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (world,))
@@ -420,6 +428,8 @@ def main(argv: list[str]) -> int:
             metrics = FsdpVariant(variant=variant, error=f"{type(err).__name__}: {err}"[:2000])
             rec = FrameRecorder(spec.compile.backend, tree)
         hashes = gather_lines(rec.hashes, device)
+        mine = [c for r in metrics.collective_calls for c in r.calls]
+        calls = comm_groups.by_ranks(gather_lines(comm_groups.lines(mine), device))
         ranks = (
             [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(hashes)] if variant != "eager" else []
         )
@@ -432,6 +442,7 @@ def main(argv: list[str]) -> int:
                     "rank_differs_at": differs_at,
                     "rank_differing_nodes": differing,
                     "peak_memory_mb": [float(m[0]) for m in memory if m],
+                    "collective_calls": calls,
                 }
             )
         )
