@@ -22,15 +22,18 @@ import pickle
 import re
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
+from pydantic import BaseModel
 
 from perfcheck.core.probes.collective_groups import CollectiveCall, RankCalls
 from perfcheck.measures import SourceLocation
 from perfcheck.runner.comm_trace import DTYPE_BYTES, op_name
 from perfcheck.runner.locate import innermost_user_frame, to_location
+
+M = TypeVar("M", bound=BaseModel)
 
 FR_ENV = "TORCH_FR_BUFFER_SIZE"
 # Entries the recorder keeps (a ring): one step's collectives must fit, thousands for the largest models.
@@ -228,6 +231,23 @@ def calls_since(since: int | None, tree: Path, sites: GraphSites) -> list[Collec
             out[-1] = out[-1].model_copy(update={"count": out[-1].count + 1})
         else:
             out.append(call)
+    return out
+
+
+def with_group_sizes(collectives: list[M], calls: list[CollectiveCall], world: int) -> list[M]:
+    """gloo's profiler trace says nothing of a collective's group, so every one reads as the
+    world's: each of ``collectives`` (a model with op, bytes and group_size) of an op and size that
+    the recorded calls ran on groups of one size alone, with that size."""
+    sizes: dict[tuple[str, int], set[int]] = {}
+    for call in calls:
+        sizes.setdefault((call.op, call.bytes), set()).add(len(call.ranks))
+    out = []
+    for c in collectives:
+        known = sizes.get((getattr(c, "op", ""), getattr(c, "bytes", -1)), set())
+        if getattr(c, "group_size", None) == world and len(known) == 1 and (size := min(known)) > 0:
+            out.append(c.model_copy(update={"group_size": size}))
+        else:
+            out.append(c)
     return out
 
 

@@ -5,7 +5,9 @@ variant: eager ``DDP(model)``, ``torch.compile(DDP(model))`` (Dynamo's DDPOptimi
 graph at bucket boundaries so all-reduce can overlap backward) and ``DDP(torch.compile(model))``.
 Each rank hashes the graphs its backend is handed; rank 0 gathers everything and writes
 OUT_DIR/ddp.json. One profiled step per variant (never a timed one) gives the collectives and
-how much of their time ran while compute did.
+how much of their time ran while compute did; the last timed step's collectives are read from the
+process groups' flight recorder, each with its group and where in the compiled step it ran
+(perfcheck/runner/comm_groups.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch._dynamo.utils import counters
 from torch.nn.parallel import DistributedDataParallel
 
 from perfcheck.core.probes.collective_groups import CollectiveCall
-from perfcheck.core.probes.ddp import DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
+from perfcheck.core.probes.ddp import Collective, DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
 from perfcheck.runner import comm_groups
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
@@ -98,6 +100,14 @@ def _profiled_step(step: Any, inputs: tuple[Any, ...], device: str, trace: Path)
     return json.loads(trace.read_text())
 
 
+def _sized(
+    found: list[Collective], calls: list[CollectiveCall], spec: ProbeSpec, world: int
+) -> list[Collective]:
+    """The profiler's collectives; on gloo, whose trace has no group, each with the size of the
+    group the recorded calls ran it on (NCCL's trace says it itself)."""
+    return comm_groups.with_group_sizes(found, calls, world) if _backend_name(spec) == "gloo" else found
+
+
 def run_variant(
     variant: str, spec: ProbeSpec, tree: Path, device: str, world: int, out_dir: Path
 ) -> tuple[DdpVariantMetrics, list[str], list[CollectiveCall]]:
@@ -138,7 +148,9 @@ def run_variant(
         graph_count=graphs,
         graph_breaks=breaks,
         ddp_splits=max(0, len(rec.hashes) - graphs) if variant == "compiled_ddp" else 0,
-        collectives=collectives(trace.get("traceEvents", []), world, PROFILED_STEPS),
+        collectives=_sized(
+            collectives(trace.get("traceEvents", []), world, PROFILED_STEPS), calls, spec, world
+        ),
         comm_overlap_pct=comm_overlap_pct(trace.get("traceEvents", [])),
     )
     return metrics, rec.hashes, calls

@@ -9,8 +9,9 @@ eager step, the FSDP units as FSDP2 itself holds them (one per ``fully_shard`` c
 grouped, the call's line in the workload, ``reshard_after_forward``, mixed precision and offload
 as they run), the DTensor layout of every parameter and gradient and the redistributes the model's own
 code made. The ranks gather their graph hashes and, where they differ, the nodes of the first
-graph that differs, so the line that differs between ranks is named. Rank 0 writes
-OUT_DIR/fsdp.json.
+graph that differs, so the line that differs between ranks is named. The last timed step's
+collectives come from the process groups' flight recorder too, each with its group and where in
+the compiled step it ran (perfcheck/runner/comm_groups.py). Rank 0 writes OUT_DIR/fsdp.json.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from torch.distributed import fsdp as fsdp_api
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
-from perfcheck.core.probes.collective_groups import RankCalls
+from perfcheck.core.probes.collective_groups import CollectiveCall, RankCalls
 from perfcheck.core.probes.ddp import RankGraphs
 from perfcheck.core.probes.fsdp_models import (
     FsdpMetrics,
@@ -44,6 +45,7 @@ from perfcheck.core.probes.fsdp_models import (
     FsdpVariant,
     ParamLayout,
     Redistribute,
+    UnitCollective,
     shared,
     unit_name,
 )
@@ -325,6 +327,14 @@ def _memory_mb(device: str) -> float:
     return round(peak_rss_mb(), 2)
 
 
+def _sized(found: list[UnitCollective], calls: list[CollectiveCall]) -> list[UnitCollective]:
+    """The profiler's collectives; on gloo, whose trace has no group, each with the size of the
+    group the recorded calls ran it on (NCCL's trace says it itself)."""
+    if dist.get_backend() != "gloo":
+        return found
+    return comm_groups.with_group_sizes(found, calls, dist.get_world_size())
+
+
 def run_variant(
     variant: str, spec: ProbeSpec, settings: FsdpSettings, b: Built, device: str, world: int, out_dir: Path
 ) -> tuple[FsdpVariant, FrameRecorder]:
@@ -371,7 +381,9 @@ def run_variant(
         fsdp_breaks=len(theirs),
         recompiles=max(0, len(rec.hashes) - len(set(rec.codes))),
         graphs=graph_groups(rec, b.model, Path(spec.tree)),
-        collectives=collectives(events, world, PROFILED_STEPS, b.units.by_fqn if b.units else None),
+        collectives=_sized(
+            collectives(events, world, PROFILED_STEPS, b.units.by_fqn if b.units else None), calls
+        ),
         comm_overlap_pct=comm_overlap_pct(events),
         peak_memory_mb=[_memory_mb(device)],
         # this rank's own; main() gathers every rank's
