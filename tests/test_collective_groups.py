@@ -2,8 +2,10 @@
 ddp and fsdp probes' recorded calls (perfcheck/core/probes/collective_groups.py) and the reading
 of the flight recorder's entries (perfcheck/runner/comm_groups.py). The entries below have the
 shape torch 2.13's gloo flight recorder gave for a model that all-reduces on a group of its own in
-forward and, on head, after a print that breaks the graph (their frames cut to the ones that
-matter); tests/test_ddp.py and tests/test_fsdp.py review such models for real under torchrun."""
+forward and, on head, after a print that breaks the graph, and the one Inductor's output code
+gives (its frames cut to the ones that matter; NCCL's recorder, on an H100 with torch 2.11, gave
+entries of the same shape); tests/test_ddp.py and tests/test_fsdp.py review such models for real
+under torchrun."""
 
 from __future__ import annotations
 
@@ -191,6 +193,14 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         _frame("_call_impl", f"{torch_dir}/nn/modules/module.py", 1789),
     ]
     backward = [_frame("_engine_run_backward", f"{torch_dir}/autograd/graph.py", 979)]
+    # Inductor's output code carries a frame of the tree at the line that called the collective.
+    inductor = [
+        _frame("redispatch", f"{torch_dir}/_ops.py", 882),
+        _frame("forward", str(model), 23),
+        _frame("__call__", f"{torch_dir}/_inductor/output_code.py", 763),
+        _frame("runtime_wrapper", f"{torch_dir}/_functorch/_aot_autograd/runtime_wrappers.py", 1141),
+        _frame("forward", str(model), 14),
+    ]
     entries = [
         {"record_id": 4, "process_group": ("0", "default_pg"), "profiling_name": "gloo:broadcast"},
         *[
@@ -208,6 +218,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
                     (("2", "undefined"), [[1]], in_graph),
                     (("1", "undefined"), [[1]], eager),
                     (("0", "default_pg"), [[4160]], backward),
+                    (("1", "undefined"), [[2]], inductor),
                 ]
             )
         ],
@@ -221,7 +232,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_the_recorders_entries_read_as_calls_with_their_group_and_place(recorded: Path) -> None:
     from perfcheck.runner import comm_groups
 
-    assert comm_groups.mark() == 8
+    assert comm_groups.mark() == 9
     sites = comm_groups.GraphSites()
     model = str(recorded / "model.py")
     # The resumed function's graph traced one collective, at line 19 of the tree.
@@ -233,13 +244,16 @@ def test_the_recorders_entries_read_as_calls_with_their_group_and_place(recorded
         ("all_reduce", "2", [0], False, True, 2),  # twice in a row: one entry, counted
         ("all_reduce", "1", [0, 1], False, False, 1),
         ("all_reduce", "0", [0, 1], True, False, 1),
+        ("all_reduce", "1", [0, 1], False, True, 1),
     ]
-    moved, eager, bucket = calls
+    moved, eager, bucket, fused = calls
     assert (moved.dtype, moved.bytes, moved.frame) == ("float32", 4, "torch_dynamo_resume_in_forward_at_18")
     assert moved.frame_at is not None and (moved.frame_at.line, moved.frame_at.code) == (18, "line 18")
     assert moved.site is not None and moved.site.line == 19  # the graph's node: the call's own line
     assert eager.site == eager.frame_at and eager.site is not None and eager.site.line == 21
     assert (bucket.frame, bucket.site, bucket.bytes) == (None, None, 4160 * 4)
+    assert fused.frame == "forward" and fused.frame_at is not None and fused.frame_at.line == 14
+    assert fused.site is not None and fused.site.line == 23
     # A mark the ring has overwritten since: no partial step.
     assert comm_groups.calls_since(2, recorded, sites) == []
     # Every rank's calls gathered as lines; ranks that issued the same are one entry.

@@ -50,8 +50,16 @@ _SIZES = {
 }  # fmt: skip
 
 # A frame of the code a compiled graph runs: Dynamo's FX graph module, AOTAutograd's wrappers or
-# Inductor's output code, between the tree's function and the collective.
-_COMPILED = ("<eval_with_key>", "/torch/_functorch/_aot_autograd/", "/torch/_inductor/", "codegen(")
+# Inductor's output code, between the tree's function and the collective. (FX names a graph
+# module's code "<eval_with_key>.N" in torch 2.13, after the line that made it in later ones: the
+# AOTAutograd and Inductor frames around it say it too.)
+_COMPILED = (
+    "<eval_with_key>",
+    "/torch/fx/graph_module.py",
+    "/torch/_functorch/_aot_autograd/",
+    "/torch/_inductor/",
+    "codegen(",
+)
 
 
 def enable() -> None:
@@ -185,11 +193,15 @@ def _call(
     dtypes = entry.get("input_dtypes") or ["unknown"]
     dtype = _DTYPES.get(str(dtypes[0]), str(dtypes[0]).lower())
     frames = _frames(entry)
-    user = innermost_user_frame(frames, tree)
-    inner = frames[frames.index(user) + 1 :] if user is not None else frames
-    graph = any(marker in f.filename for f in inner for marker in _COMPILED)
-    site = None
-    if user is not None and graph:
+    # The graph's code: AOTAutograd's wrappers, an FX graph module, Inductor's output code. The
+    # tree's frame outside it runs the graph; Inductor's code carries a frame of the tree inside
+    # it too, at the line that called the collective.
+    compiled = next((i for i, f in enumerate(frames) if any(m in f.filename for m in _COMPILED)), None)
+    graph = compiled is not None
+    user = innermost_user_frame(frames[:compiled] if graph else frames, tree)
+    inside = innermost_user_frame(frames[compiled:], tree) if graph else None
+    site = to_location(inside, tree) if inside is not None else None
+    if user is not None and graph and inside is None:
         # The n-th collective this function's graph issued in the step is its graph's n-th
         # collective node (each entry into the graph issues all of them, in order).
         nodes = sites.sites(user.name, user.filename, tree)
