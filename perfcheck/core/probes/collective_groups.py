@@ -60,8 +60,8 @@ class CollectiveCall(Strict):
     )
     site: SourceLocation | None = Field(
         default=None,
-        description="the collective's own call in the tree, where known (a compiled graph's node "
-        "for it, as Dynamo traced it)",
+        description="the collective's own call in the tree, where known (in a compiled graph: "
+        "Dynamo's node for it, or the frame Inductor's output code carries)",
     )
     count: int = Field(default=1, ge=1, description="identical calls in a row")
 
