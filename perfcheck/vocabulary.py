@@ -27,6 +27,7 @@ SHARED_CATEGORIES = (
     "probe_timeout",
     "rank_graph_mismatch",
     "collective_drift",
+    "collective_group_changed",
     "variant_failed",
 )
 

@@ -13,6 +13,7 @@ import pytest
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
+from perfcheck.core.matrix import resolve
 from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics, RankGraphs, findings
 from perfcheck.runner import sandbox
 from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
@@ -95,6 +96,114 @@ def test_turning_off_ddpoptimizer_stops_the_overlap(review: ReviewFn, tmp_path: 
     assert drop.evidence["ddp_splits"][0] >= 5 and drop.evidence["ddp_splits"][1] == 0
     # eager DDP is untouched by a Dynamo setting: no finding names it
     assert not [f for f in result.findings if f.evidence.get("variant") == "eager"]
+
+
+# -- collectives and their process groups across graph breaks -------------------------------------
+
+# A model whose forward all-reduces a statistic on a process group of its own: `dist.new_group` in
+# build(), which every rank calls (as new_group needs) once per build.
+GROUPED = """\
+import torch
+import torch.distributed as dist
+from torch import nn
+
+RANKS = {ranks}
+
+
+class Net(nn.Module):
+    def __init__(self, group):
+        super().__init__()
+        self.group = group
+        self.layers = nn.ModuleList(nn.Linear(64, 64) for _ in range(2))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        seen = x.detach().abs().amax().reshape(1)
+        {sync}
+        return x * seen
+
+
+def build(device):
+    torch.manual_seed(0)
+    group = dist.new_group(ranks=RANKS) if dist.is_initialized() else None
+    return Net(group).to(device), (torch.randn(16, 64, device=device),)
+"""
+NAMED = "dist.all_reduce(seen, op=dist.ReduceOp.MAX, group=self.group)"
+# The head's change: a print that breaks the graph, and the all_reduce after it without its group.
+MOVED = 'print("synced")\n        dist.all_reduce(seen, op=dist.ReduceOp.MAX)'
+
+
+def grouped_tree(root: Path, sync: str = NAMED, ranks: str = "[0, 1]") -> Path:
+    return write_tree(root, {"model.py": GROUPED.format(sync=sync, ranks=ranks)})
+
+
+def _line(tree: Path, code: str) -> int:
+    [line] = [i for i, t in enumerate((tree / "model.py").read_text().splitlines(), 1) if t.strip() == code]
+    return line
+
+
+def test_a_break_that_moves_an_all_reduce_onto_the_default_group_is_found_at_the_break(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base, head = grouped_tree(tmp_path / "base"), grouped_tree(tmp_path / "head", MOVED)
+    result = review(base, head, config("[eager, compiled_ddp]"), probes=("ddp",))
+    [moved] = [f for f in result.findings if f.category == "collective_group_changed"]
+    assert moved.severity == "error" and moved.evidence["change"] == "default group"
+    # One finding for both variants: eager DDP runs the call on WORLD too, at its own line.
+    assert moved.evidence["variants"] == "eager, compiled_ddp"
+    assert moved.evidence["op"] == "all_reduce" and moved.evidence["bytes"] == 4
+    assert (
+        moved.evidence["base_group"].endswith("(ranks 0, 1)") and "WORLD" not in moved.evidence["base_group"]
+    )
+    assert moved.evidence["head_group"] == "the default group (WORLD, ranks 0, 1)"
+    # Compiled, the break moved it out of forward's graph into the graph Dynamo resumes in after
+    # the print: the finding is at the break.
+    assert moved.evidence["moved"] == "across a graph break"
+    break_line = _line(head, 'print("synced")')
+    assert moved.location is not None and (moved.location.path, moved.location.line) == (
+        "model.py",
+        break_line,
+    )
+    assert moved.location.function == "forward" and moved.location.code == 'print("synced")'
+    assert moved.evidence["base_place"] == "the compiled graph of forward (model.py)"
+    assert moved.evidence["head_place"] == (
+        f"the compiled graph of forward after the graph break at model.py:{break_line}"
+    )
+    assert "compiled_ddp it moved from the compiled graph of forward (model.py)" in moved.message
+    entry = resolve(moved)
+    assert entry is not None and entry.cause.startswith("a graph break moved the collective")
+    assert "--probes ddp;" in entry.verify[0]
+    assert result.summary.startswith(
+        f"1 cause: collective moved to another process group at model.py:{break_line}"
+    )
+    # What each side recorded: base's call site inside the compiled graph is the all_reduce's line.
+    (base_ddp,) = result.workloads[0].base
+    by = {v.variant: v for v in base_ddp.metrics_as(DdpMetrics).variants}
+    [ranks] = by["compiled_ddp"].collective_calls
+    assert ranks.ranks == [0, 1]  # both ranks issued the same
+    [ours] = [c for c in ranks.calls if c.frame == "forward"]
+    assert ours.graph and not ours.world and ours.ranks == [0, 1]
+    assert ours.site is not None and ours.site.line == _line(base, NAMED)
+    # DDP's own bucket all-reduces run in backward on WORLD, from no frame of the tree.
+    assert any(c.world and c.frame is None for c in ranks.calls)
+
+
+def test_identical_trees_that_all_reduce_on_a_group_of_their_own_after_a_break_find_nothing(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    # A/A: each side makes its own groups, named in the order they are made; the same code on
+    # both is no change, whatever the names.
+    tree = grouped_tree(tmp_path / "tree", 'print("synced")\n        ' + NAMED)
+    result = review(tree, tree, config(), probes=("ddp",))
+    assert not result.findings, [f.message for f in result.findings]
+    (head_ddp,) = result.workloads[0].head
+    [variant] = head_ddp.metrics_as(DdpMetrics).variants
+    [ranks] = variant.collective_calls
+    [ours] = [c for c in ranks.calls if c.frame is not None]
+    assert ours.graph and not ours.world and ours.ranks == [0, 1]
+    assert ours.frame.startswith("torch_dynamo_resume_in_forward_at_")
+    assert ours.site is not None and ours.site.line == _line(tree, NAMED)
 
 
 # -- pure parts -----------------------------------------------------------------------------------

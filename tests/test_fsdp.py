@@ -22,6 +22,7 @@ import pytest
 from conftest import ReviewFn, write_tree
 
 from perfcheck.config import ConfigError, parse_config
+from perfcheck.core.causes import grouped
 from perfcheck.core.matrix import resolve
 from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpSettings, FsdpUnit
 from perfcheck.core.probes.fsdp_units import unit_findings
@@ -124,6 +125,10 @@ def test_identical_trees_have_the_same_layout_collectives_and_graphs(
     gathered = {c["unit"] for c in layers["collectives"] if c["op"] == "all_gather"}
     assert gathered == {"", "layers.0", "layers.1", "layers.2", "layers.3"}
     assert {c["op"] for c in layers["collectives"]} == {"all_gather", "reduce_scatter"}
+    # Each collective with its process group: FSDP's run on the mesh's, the default group here.
+    [issued] = layers["collective_calls"]
+    assert issued["ranks"] == [0, 1] and issued["calls"]
+    assert all(c["world"] and c["ranks"] == [0, 1] and not c["graph"] for c in issued["calls"])
 
 
 def test_a_head_that_unwraps_a_layer_redistributes_and_branches_per_layer(
@@ -484,3 +489,111 @@ def test_offload_and_input_casting_are_unit_settings_where_both_sides_know_them(
     assert unit.message == "every unit (3): cast_forward_inputs True → False and 1 more unit change"
     cause = resolve(unit.model_copy(update={"evidence": {**unit.evidence, "change": "offload"}}))
     assert cause is not None and cause.cause.startswith("the offload policy changed")
+
+
+# -- a collective of the model's own, across a graph break ------------------------------------
+
+GROUPED = """\
+import torch
+import torch.distributed as dist
+from torch import nn
+
+RANKS = {ranks}
+
+
+class Block(nn.Module):
+    def __init__(self, group):
+        super().__init__()
+        self.group = group
+        self.fc = nn.Linear(32, 32)
+
+    def forward(self, x):
+        h = x + torch.relu(self.fc(x))
+        seen = h.detach().abs().amax().reshape(1)
+        {sync}
+        return h * seen
+
+
+class Net(nn.Module):
+    def __init__(self, group):
+        super().__init__()
+        self.embed = nn.Linear(16, 32)
+        self.layers = nn.ModuleList([Block(group) for _ in range(2)])
+        self.head = nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for layer in self.layers:
+            h = layer(h)
+        return self.head(h)
+
+
+def build(device):
+    # Every rank makes the group, as new_group needs; a rank it leaves out gets no group.
+    group = dist.new_group(ranks=RANKS) if dist.is_initialized() else None
+    gen = torch.Generator().manual_seed(0)
+    return Net(group).to(device), (torch.randn(8, 16, generator=gen).to(device),)
+"""
+SYNC = "dist.all_reduce(seen, op=dist.ReduceOp.MAX, group=self.group)"
+
+
+def test_a_break_that_moves_a_layers_all_reduce_onto_fewer_ranks_is_found_at_the_break(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    base = write_tree(tmp_path / "base", {"model.py": GROUPED.format(ranks=[0, 1], sync=SYNC)})
+    head_sync = 'print("synced")\n        ' + SYNC
+    head = write_tree(tmp_path / "head", {"model.py": GROUPED.format(ranks=[0], sync=head_sync)})
+    only_layers = CONFIG.replace("variants: [eager, compiled_layers]", "variants: [compiled_layers]")
+    result = review(base, head, config=parse_config(only_layers, "fsdp-test.yml"), probes=("fsdp",))
+    by = _by_category(result)
+    [moved] = by["collective_group_changed"]
+    assert moved.severity == "error" and moved.evidence["change"] == "fewer ranks"
+    assert moved.evidence["variants"] == "compiled_layers" and moved.evidence["ranks"] == [0]
+    assert (
+        "now runs on group 1 (rank 0 only), where base ran it on group 1 (ranks 0, 1): 1 of base's 2 ranks"
+        in (moved.message)
+    )
+    [break_line] = _lines(head, 'print("synced")')
+    assert moved.location is not None and (moved.location.line, moved.location.function) == (
+        break_line,
+        "forward",
+    )
+    assert moved.evidence["base_place"] == "the compiled graph of forward (model.py)"
+    assert (
+        moved.evidence["head_place"]
+        == f"the compiled graph of forward after the graph break at model.py:{break_line}"
+    )
+    entry = resolve(moved)
+    assert entry is not None and entry.cause.startswith("the collective now runs on a group of fewer ranks")
+    assert (
+        entry.verify[0].startswith("TORCH_LOGS=graph_breaks perfcheck review")
+        and "--probes fsdp" in entry.verify[0]
+    )
+    # gloo's trace has no group: each collective's size is the recorded group's, so the collectives
+    # per step change too, an effect read under the group change.
+    [drift] = by["collective_drift"]
+    assert "now 2× all_reduce of 4 B float over 1 ranks (outside FSDP)" in drift.message
+    assert "no longer 2× all_reduce of 4 B float over 2 ranks (outside FSDP)" in drift.message
+    assert (
+        f"; likely from the collective moved to another process group at model.py:{break_line} ("
+        in drift.message
+    )
+    drift_cause = resolve(drift)
+    assert drift_cause is not None and drift_cause.cause.startswith(
+        "a collective moved to another process group"
+    )
+    [caused] = [g for g in grouped(result) if g.group.caused]
+    assert [f.category for f in caused.leads] == ["collective_group_changed"]
+    assert [f.category for f in caused.effects] == ["collective_drift"]
+    # FSDP's own all-gathers and reduce-scatters stay on the default group: no finding of theirs.
+    assert all(f.evidence["op"] == "all_reduce" for f in by["collective_group_changed"])
+    # Base's call, inside each layer's compiled graph, at its own line (the graph's node for it).
+    [layers] = result.workloads[0].base[0].metrics["variants"]
+    ours = [c for r in layers["collective_calls"] for c in r["calls"] if not c["world"]]
+    assert ours and all(c["graph"] and c["site"]["line"] == _lines(base, SYNC)[0] for c in ours)
+    # FSDP's, in forward from eager code (its hooks run outside the compiled layers) at Net's call
+    # of each layer; in backward from none of the tree's frames.
+    theirs = [c for r in layers["collective_calls"] for c in r["calls"] if c["world"]]
+    assert {(c["graph"], c["site"]["code"]) for c in theirs if c["frame"] == "forward"} == {
+        (False, "h = layer(h)")
+    }

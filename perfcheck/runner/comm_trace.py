@@ -28,7 +28,8 @@ DTYPE_BYTES = {
 _OP_NAMES = {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter"}
 
 
-def _op(name: str) -> str:
+def op_name(name: str) -> str:
+    """A collective's name as the review says it: "allreduce", "_allgather_base" -> all_reduce, all_gather."""
     key = name.lower().replace("_", "").removesuffix("base").removesuffix("coalesced")
     return _OP_NAMES.get(key, name.lower())
 
@@ -59,7 +60,7 @@ def collectives(events: Iterable[dict[str, Any]], world_size: int, steps: int = 
         dtype = str(args.get("dtype", "unknown"))
         nelems = int(args.get("In msg nelems") or 0)
         size = DTYPE_BYTES.get(dtype.lower(), 0)
-        seen[(_op(op), int(args.get("Group size") or world_size), dtype, nelems * size)] += 1
+        seen[(op_name(op), int(args.get("Group size") or world_size), dtype, nelems * size)] += 1
     if not nccl:
         for e in done:
             name = str(e.get("name", ""))
@@ -68,7 +69,9 @@ def collectives(events: Iterable[dict[str, Any]], world_size: int, steps: int = 
             args = e.get("args") or {}
             dtype = str((args.get("Input type") or ["unknown"])[0])
             size = DTYPE_BYTES.get(dtype.lower(), 0)
-            seen[(_op(name.split(":", 1)[1]), world_size, dtype, _nelems(args.get("Input Dims")) * size)] += 1
+            seen[
+                (op_name(name.split(":", 1)[1]), world_size, dtype, _nelems(args.get("Input Dims")) * size)
+            ] += 1
     return [
         Collective(op=op, group_size=g, dtype=dtype, bytes=b, count=max(1, round(n / steps)))
         for (op, g, dtype, b), n in sorted(seen.items())

@@ -5,7 +5,9 @@ variant: eager ``DDP(model)``, ``torch.compile(DDP(model))`` (Dynamo's DDPOptimi
 graph at bucket boundaries so all-reduce can overlap backward) and ``DDP(torch.compile(model))``.
 Each rank hashes the graphs its backend is handed; rank 0 gathers everything and writes
 OUT_DIR/ddp.json. One profiled step per variant (never a timed one) gives the collectives and
-how much of their time ran while compute did.
+how much of their time ran while compute did; the last timed step's collectives are read from the
+process groups' flight recorder, each with its group and where in the compiled step it ran
+(perfcheck/runner/comm_groups.py).
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import torch.distributed as dist
 from torch._dynamo.utils import counters
 from torch.nn.parallel import DistributedDataParallel
 
-from perfcheck.core.probes.ddp import DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
+from perfcheck.core.probes.collective_groups import CollectiveCall
+from perfcheck.core.probes.ddp import Collective, DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
+from perfcheck.runner import comm_groups
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
 from perfcheck.runner.loader import call_build, load_build
@@ -52,14 +56,17 @@ def _backend_name(spec: ProbeSpec) -> str:
 
 
 class Recorder:
-    """Wraps the configured backend: counts the graphs it is handed and hashes their code."""
+    """Wraps the configured backend: counts the graphs it is handed, hashes their code and notes
+    where the tree calls the collectives in them."""
 
     def __init__(self, backend: str) -> None:
         self.inner = torch._dynamo.lookup_backend(backend)
         self.hashes: list[str] = []
+        self.sites = comm_groups.GraphSites()  # where the graphs' collectives are called
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         self.hashes.append(hashlib.sha256(gm.code.encode()).hexdigest()[:16])
+        self.sites.note(gm)
         return self.inner(gm, example_inputs)
 
 
@@ -93,9 +100,17 @@ def _profiled_step(step: Any, inputs: tuple[Any, ...], device: str, trace: Path)
     return json.loads(trace.read_text())
 
 
+def _sized(
+    found: list[Collective], calls: list[CollectiveCall], spec: ProbeSpec, world: int
+) -> list[Collective]:
+    """The profiler's collectives; on gloo, whose trace has no group, each with the size of the
+    group the recorded calls ran it on (NCCL's trace says it itself)."""
+    return comm_groups.with_group_sizes(found, calls, world) if _backend_name(spec) == "gloo" else found
+
+
 def run_variant(
     variant: str, spec: ProbeSpec, tree: Path, device: str, world: int, out_dir: Path
-) -> tuple[DdpVariantMetrics, list[str]]:
+) -> tuple[DdpVariantMetrics, list[str], list[CollectiveCall]]:
     torch._dynamo.reset()
     counters.clear()
     torch.manual_seed(0)
@@ -107,12 +122,17 @@ def run_variant(
     # DDP only does its work in backward, so the probe always trains, whatever the workload says.
     step = steps.make_step(net, True, spec.workload.amp, "cuda" if device.startswith("cuda") else "cpu")
     times: list[float] = []
-    for i in range(spec.section(DdpSettings).steps):
+    last = spec.section(DdpSettings).steps - 1
+    since = None
+    for i in range(last + 1):
+        if i == last:  # the collectives of the last step, compiled and warm, with their groups
+            since = comm_groups.mark()
         start = time.perf_counter()
         step(*inputs)
         steps.synchronize("cuda" if device.startswith("cuda") else "cpu")
         if i:  # the first step compiles
             times.append((time.perf_counter() - start) * 1000)
+    calls = comm_groups.calls_since(since, tree, rec.sites)
     graphs = int(counters["stats"]["unique_graphs"])
     trace = _profiled_step(step, inputs, device, out_dir / f"trace-{variant}-rank{dist.get_rank()}.json")
     breaks = []
@@ -128,10 +148,12 @@ def run_variant(
         graph_count=graphs,
         graph_breaks=breaks,
         ddp_splits=max(0, len(rec.hashes) - graphs) if variant == "compiled_ddp" else 0,
-        collectives=collectives(trace.get("traceEvents", []), world, PROFILED_STEPS),
+        collectives=_sized(
+            collectives(trace.get("traceEvents", []), world, PROFILED_STEPS), calls, spec, world
+        ),
         comm_overlap_pct=comm_overlap_pct(trace.get("traceEvents", [])),
     )
-    return metrics, rec.hashes
+    return metrics, rec.hashes, calls
 
 
 def gather_lines(lines: list[str], device: str) -> list[list[str]]:
@@ -156,16 +178,23 @@ def main(argv: list[str]) -> int:
     device = rank_device(spec, local_rank)
     if device.startswith("cuda"):
         torch.cuda.set_device(device)
+    comm_groups.enable()
     dist.init_process_group(_backend_name(spec))
     rank, world = dist.get_rank(), dist.get_world_size()
     variants: list[DdpVariantMetrics] = []
     for variant in spec.section(DdpSettings).variants:
+        calls: list[CollectiveCall] = []
         try:
-            metrics, hashes = run_variant(variant, spec, tree, device, world, out_dir)
+            metrics, hashes, calls = run_variant(variant, spec, tree, device, world, out_dir)
         except Exception as err:  # one variant failing is a finding; the others still run
             metrics, hashes = DdpVariantMetrics(variant=variant, error=f"{type(err).__name__}: {err}"), []
         ranks = [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(gather_lines(hashes, device))]
-        variants.append(metrics.model_copy(update={"ranks": ranks if variant != "eager" else []}))
+        grouped = comm_groups.by_ranks(gather_lines(comm_groups.lines(calls), device))
+        variants.append(
+            metrics.model_copy(
+                update={"ranks": ranks if variant != "eager" else [], "collective_calls": grouped}
+            )
+        )
     if rank == 0:
         result = DdpMetrics(backend=_backend_name(spec), world_size=world, variants=variants)
         (out_dir / "ddp.json").write_text(result.model_dump_json())

@@ -9,8 +9,9 @@ eager step, the FSDP units as FSDP2 itself holds them (one per ``fully_shard`` c
 grouped, the call's line in the workload, ``reshard_after_forward``, mixed precision and offload
 as they run), the DTensor layout of every parameter and gradient and the redistributes the model's own
 code made. The ranks gather their graph hashes and, where they differ, the nodes of the first
-graph that differs, so the line that differs between ranks is named. Rank 0 writes
-OUT_DIR/fsdp.json.
+graph that differs, so the line that differs between ranks is named. The last timed step's
+collectives come from the process groups' flight recorder too, each with its group and where in
+the compiled step it ran (perfcheck/runner/comm_groups.py). Rank 0 writes OUT_DIR/fsdp.json.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from torch.distributed import fsdp as fsdp_api
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.tensor import DTensor
 
+from perfcheck.core.probes.collective_groups import CollectiveCall, RankCalls
 from perfcheck.core.probes.ddp import RankGraphs
 from perfcheck.core.probes.fsdp_models import (
     FsdpMetrics,
@@ -43,11 +45,12 @@ from perfcheck.core.probes.fsdp_models import (
     FsdpVariant,
     ParamLayout,
     Redistribute,
+    UnitCollective,
     shared,
     unit_name,
 )
 from perfcheck.measures import SourceLocation
-from perfcheck.runner import break_log
+from perfcheck.runner import break_log, comm_groups
 from perfcheck.runner import step as steps
 from perfcheck.runner.comm_trace import comm_overlap_pct
 from perfcheck.runner.ddp_worker import gather_lines, rank_device
@@ -324,6 +327,14 @@ def _memory_mb(device: str) -> float:
     return round(peak_rss_mb(), 2)
 
 
+def _sized(found: list[UnitCollective], calls: list[CollectiveCall]) -> list[UnitCollective]:
+    """The profiler's collectives; on gloo, whose trace has no group, each with the size of the
+    group the recorded calls ran it on (NCCL's trace says it itself)."""
+    if dist.get_backend() != "gloo":
+        return found
+    return comm_groups.with_group_sizes(found, calls, dist.get_world_size())
+
+
 def run_variant(
     variant: str, spec: ProbeSpec, settings: FsdpSettings, b: Built, device: str, world: int, out_dir: Path
 ) -> tuple[FsdpVariant, FrameRecorder]:
@@ -345,13 +356,17 @@ def run_variant(
         net, True, spec.workload.amp, kind, optimizer=torch.optim.SGD(b.model.parameters(), lr=0.0)
     )
     times: list[float] = []
+    since = None
     with break_log.recording() as logged:
         for i in range(settings.steps):
+            if i == settings.steps - 1:  # the last step's collectives, with their groups
+                since = comm_groups.mark()
             start = time.perf_counter()
             step(*b.inputs)
             steps.synchronize(kind)
             if i:  # the first step compiles
                 times.append((time.perf_counter() - start) * 1000)
+        calls = comm_groups.calls_since(since, Path(spec.tree), rec.sites)
         events = profile_steps(
             step, b.inputs, device, out_dir / f"trace-{variant}-rank{dist.get_rank()}.json"
         )
@@ -366,9 +381,13 @@ def run_variant(
         fsdp_breaks=len(theirs),
         recompiles=max(0, len(rec.hashes) - len(set(rec.codes))),
         graphs=graph_groups(rec, b.model, Path(spec.tree)),
-        collectives=collectives(events, world, PROFILED_STEPS, b.units.by_fqn if b.units else None),
+        collectives=_sized(
+            collectives(events, world, PROFILED_STEPS, b.units.by_fqn if b.units else None), calls
+        ),
         comm_overlap_pct=comm_overlap_pct(events),
         peak_memory_mb=[_memory_mb(device)],
+        # this rank's own; main() gathers every rank's
+        collective_calls=[RankCalls(ranks=[dist.get_rank()], calls=calls)],
     )
     if variant == "compiled_layers":  # the next variant starts from the plain modules again
         for m in [m for name, m in _units(b.model).items() if name] or [b.model]:
@@ -407,6 +426,7 @@ def main(argv: list[str]) -> int:
     backend = (
         settings.backend if settings.backend != "auto" else ("nccl" if device.startswith("cuda") else "gloo")
     )
+    comm_groups.enable()
     dist.init_process_group(backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cuda" if device.startswith("cuda") else "cpu", (world,))
@@ -420,6 +440,8 @@ def main(argv: list[str]) -> int:
             metrics = FsdpVariant(variant=variant, error=f"{type(err).__name__}: {err}"[:2000])
             rec = FrameRecorder(spec.compile.backend, tree)
         hashes = gather_lines(rec.hashes, device)
+        mine = [c for r in metrics.collective_calls for c in r.calls]
+        calls = comm_groups.by_ranks(gather_lines(comm_groups.lines(mine), device))
         ranks = (
             [RankGraphs(rank=r, graph_hashes=h) for r, h in enumerate(hashes)] if variant != "eager" else []
         )
@@ -432,6 +454,7 @@ def main(argv: list[str]) -> int:
                     "rank_differs_at": differs_at,
                     "rank_differing_nodes": differing,
                     "peak_memory_mb": [float(m[0]) for m in memory if m],
+                    "collective_calls": calls,
                 }
             )
         )

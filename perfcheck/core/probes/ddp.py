@@ -1,5 +1,6 @@
-"""Findings of the `ddp` probe: ranks compiling different graphs, collectives that changed, and
-communication that no longer hides behind compute. Pure; torch-free."""
+"""Findings of the `ddp` probe: ranks compiling different graphs, collectives that changed or moved
+to another process group (perfcheck/core/probes/collective_groups.py), and communication that no
+longer hides behind compute. Pure; torch-free."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from perfcheck.core.markdown import Figure
+from perfcheck.core.probes.collective_groups import CATEGORY as GROUP_CHANGED
+from perfcheck.core.probes.collective_groups import RankCalls, group_findings
 from perfcheck.core.probes.kind import (
     VARIANT_FAILED,
     Compared,
@@ -51,6 +54,11 @@ class DdpVariantMetrics(Strict):
     collectives: list[Collective] = Field(default=[])
     comm_overlap_pct: float | None = Field(
         default=None, ge=0, le=100, description="share of communication time hidden behind compute"
+    )
+    collective_calls: list[RankCalls] = Field(
+        default=[],
+        description="each collective of one step in order, with its process group and where in the "
+        "compiled step it ran, per set of ranks that issued the same; []: not recorded",
     )
     error: str | None = None
 
@@ -189,7 +197,8 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Settin
                         },
                     )
                 )
-    return out
+    pairs = [(name, b[name].collective_calls, hv.collective_calls) for name, hv in h.items() if name in b]
+    return out + group_findings(workload, "ddp", pairs)
 
 
 def rows(bd: ProbeResult | None, hd: ProbeResult | None, wl: WorkloadReview) -> list[Row]:
@@ -239,7 +248,7 @@ PROBE = ProbeKind(
     settings=DdpSettings,
     metrics=DdpMetrics,
     run="perfcheck.runner.probes.ddp_probe:run",
-    raises=("rank_graph_mismatch", "collective_drift", VARIANT_FAILED),
+    raises=("rank_graph_mismatch", "collective_drift", GROUP_CHANGED, VARIANT_FAILED),
     categories=entries_beside(__file__),  # ddp.yml: its own categories' entries
     prior_s={"cpu": 60.0, "cuda": 120.0},  # several variants under torchrun
 )

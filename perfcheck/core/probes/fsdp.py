@@ -9,9 +9,10 @@ function of the model (N identical layers served by one graph is the healthy cas
 collectives of one training step and the FSDP unit each belongs to, the share of them hidden
 behind compute, the graphs each rank compiled, the FSDP units as FSDP2 groups them (one per
 ``fully_shard`` call, with its ``reshard_after_forward``, mixed precision and offload as they run:
-a change of them is the cause the collectives' and overlap's changes are read against) and the
+a change of them is the cause the collectives' and overlap's changes are read against), the
 DTensor layout of every parameter and gradient (placements, mesh) and of activations the model
-redistributes: changes the FX graph does not show.
+redistributes: changes the FX graph does not show; and each collective's process group and where
+in the compiled step it ran (perfcheck/core/probes/collective_groups.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from __future__ import annotations
 from collections import Counter
 
 from perfcheck.core.markdown import Figure
+from perfcheck.core.probes.collective_groups import CATEGORY as GROUP_CHANGED
+from perfcheck.core.probes.collective_groups import group_findings
 from perfcheck.core.probes.ddp import first_rank_mismatch
 from perfcheck.core.probes.fsdp_layout import layout_findings, placements_said
 from perfcheck.core.probes.fsdp_models import FsdpMetrics, FsdpSettings, FsdpUnit, FsdpVariant, GraphGroup
@@ -257,6 +260,9 @@ def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView)
     for same in drifts.values():
         drift = _drift(wl, ", ".join(n for n, _, _ in same), same[0][1], same[0][2], b, h)
         findings += [drift] if drift else []
+    findings += group_findings(
+        wl, "fsdp", [(n, o.collective_calls, hv.collective_calls) for n, o, hv in pairs]
+    )
     failed = failed_variants(wl, "fsdp", b.variants, h.variants)
     return Compared(findings=findings + failed.findings, inconclusive=failed.inconclusive)
 
@@ -391,7 +397,7 @@ PROBE = ProbeKind(
     settings=FsdpSettings,
     metrics=FsdpMetrics,
     run="perfcheck.runner.probes.fsdp_probe:run",
-    raises=("rank_graph_mismatch", "collective_drift", VARIANT_FAILED),
+    raises=("rank_graph_mismatch", "collective_drift", GROUP_CHANGED, VARIANT_FAILED),
     # The shared categories as FSDP raises them: its units, not DDP's buckets.
     entries={
         "collective_drift": {
@@ -401,11 +407,29 @@ PROBE = ProbeKind(
             "verify": [_VERIFY],
             "docs": _FULLY_SHARD,
             "rules": [
+                {
+                    "when": {"explained_by": "moved to another process group"},
+                    "cause": "a collective moved to another process group in this review (its finding "
+                    "names the line): the model's own collective, not FSDP's units",
+                },
                 {"when": {"reading": "wrap"}, "cause": _WRAP},
                 {"when": {"reading": "reshard_after_forward"}, "cause": _RESHARD},
                 {"when": {"reading": "mixed precision"}, "cause": _MIXED},
                 {"when": {"reading": "outside FSDP"}, "cause": _REDISTRIBUTE},
             ],
+        },
+        GROUP_CHANGED: {
+            "causes": [
+                "a graph break moved the collective: the code after the break is compiled as a "
+                "function of its own (or runs eagerly), and the group it passes there is not the one "
+                "base's graph used (a group held in a local or a default argument, a helper that picks one)",
+                "the call lost its `group=` (the default is WORLD, which a one-dimensional mesh's "
+                "all-gathers and reduce-scatters run on too): it now runs in order with FSDP's own "
+                "collectives, where a group of its own ran beside them",
+                "the group is made with fewer or other ranks (`dist.new_group(ranks=...)`, a "
+                "`DeviceMesh` dimension): the ranks left out no longer take part",
+            ],
+            "verify": ["TORCH_LOGS=graph_breaks " + _VERIFY],
         },
         "rank_graph_mismatch": {
             "causes": [

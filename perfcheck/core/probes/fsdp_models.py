@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from perfcheck.core.probes.collective_groups import RankCalls
 from perfcheck.core.probes.ddp import RankGraphs
 from perfcheck.measures import GraphBreak, SourceLocation
 
@@ -164,6 +165,11 @@ class FsdpVariant(_Model):
         "differing graph that is not the same on rank 0 and the first rank that differs",
     )
     rank_differing_nodes: list[str] = Field(default=[], description="those nodes, 'rank N: node'")
+    collective_calls: list[RankCalls] = Field(
+        default=[],
+        description="each collective of one step in order, with its process group and where in the "
+        "compiled step it ran, per set of ranks that issued the same; []: not recorded",
+    )
     error: str | None = None
 
 
