@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from perfcheck.core.folding import fold_under
 from perfcheck.core.matrix import Folds, because, known, matches, of_role, title
 from perfcheck.schema import Finding
 
@@ -59,42 +60,30 @@ def fold(findings: list[Finding]) -> list[Finding]:
     roots = [(f, folds) for f in findings if (folds := _root(f)) is not None]
     if not roots:
         return findings
-    under: dict[int, list[Finding]] = {}
-    for f in findings:
-        root = _root_of(f, roots)
-        if root is not None:
-            under.setdefault(id(root), []).append(f)
-    if not under:
-        return findings
-    folded = {id(f) for follow in under.values() for f in follow}
-    out = []
-    for f in findings:
-        if id(f) in folded:
-            continue
-        follow = under.get(id(f))
-        if follow:
-            words = ", ".join(
-                title(g.category) + (f" at {g.location.path}:{g.location.line}" if g.location else "")
-                for g in follow
+
+    def said(f: Finding, follow: list[Finding]) -> Finding:
+        words = ", ".join(
+            title(g.category) + (f" at {g.location.path}:{g.location.line}" if g.location else "")
+            for g in follow
+        )
+        # The ops of every root of its kind: several custom ops failing opcheck are said once.
+        ops = ", ".join(
+            dict.fromkeys(
+                str(r.evidence["op"]) for r, _ in roots if r.category == f.category and "op" in r.evidence
             )
-            # The ops of every root of its kind: several custom ops failing opcheck are said once.
-            ops = ", ".join(
-                dict.fromkeys(
-                    str(r.evidence["op"]) for r, _ in roots if r.category == f.category and "op" in r.evidence
-                )
-            )
-            f = f.model_copy(
-                update={
-                    "message": f"{f.message}; tracing fails on it: {words} (shown here, not counted again)",
-                    "evidence": {
-                        **f.evidence,
-                        "follows": "\n".join(_said(g) for g in follow),
-                        **({"ops": ops} if ops else {}),
-                    },
-                }
-            )
-        out.append(f)
-    return out
+        )
+        return f.model_copy(
+            update={
+                "message": f"{f.message}; tracing fails on it: {words} (shown here, not counted again)",
+                "evidence": {
+                    **f.evidence,
+                    "follows": "\n".join(_said(g) for g in follow),
+                    **({"ops": ops} if ops else {}),
+                },
+            }
+        )
+
+    return fold_under(findings, lambda f: _root_of(f, roots), said)
 
 
 # The exception a crashed probe ended with, as its detail's first line gives it.

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from perfcheck.core import break_depth, deltas
+from perfcheck.core.folding import fold_under
 from perfcheck.core.markdown import Figure
 from perfcheck.core.probes.compile_accepted import accepts_break
 from perfcheck.core.probes.compile_latency_findings import compile_latency_findings, latency_rows
@@ -175,38 +176,25 @@ def _under_their_breaks(findings: list[Finding]) -> list[Finding]:
             cause = further
         return None
 
-    under: dict[int, list[Finding]] = {}
-    for f in findings:
-        cause = root(f) if f.category == "graph_break_added" else None
-        if cause is not None:
-            under.setdefault(id(cause), []).append(f)
-    if not under:
-        return findings
-    folded = {id(f) for follow in under.values() for f in follow}
-    out = []
-    for f in findings:
-        if id(f) in folded:
-            continue
-        follow = under.get(id(f), [])
-        if follow:
-            n = len(follow)
-            follows = "breaks that follow" if n > 1 else "break that follows"
-            f = f.model_copy(
-                update={
-                    "message": f"{f.message} (and {n} {follows} from it, not counted)",
-                    "evidence": {
-                        **f.evidence,
-                        "fallout_breaks": "\n".join(
-                            f"{at(g.location)}: {g.message.removeprefix('Dynamo splits the graph here: ')}"
-                            f" (while recompiling the code after {g.evidence['recompiling_after']})"
-                            for g in follow
-                            if g.location
-                        ),
-                    },
-                }
-            )
-        out.append(f)
-    return out
+    def said(f: Finding, follow: list[Finding]) -> Finding:
+        n = len(follow)
+        follows = "breaks that follow" if n > 1 else "break that follows"
+        return f.model_copy(
+            update={
+                "message": f"{f.message} (and {n} {follows} from it, not counted)",
+                "evidence": {
+                    **f.evidence,
+                    "fallout_breaks": "\n".join(
+                        f"{at(g.location)}: {g.message.removeprefix('Dynamo splits the graph here: ')}"
+                        f" (while recompiling the code after {g.evidence['recompiling_after']})"
+                        for g in follow
+                        if g.location
+                    ),
+                },
+            }
+        )
+
+    return fold_under(findings, lambda f: root(f) if f.category == "graph_break_added" else None, said)
 
 
 def _gone_with_the_frame(findings: list[Finding]) -> list[Finding]:
