@@ -100,7 +100,7 @@ def test_an_entry_accepts_exactly_the_break_it_names(review: ReviewFn, tmp_path:
     assert [(s.entry, s.names) for s in result.stale_acks] == [("acks[1]", "GB0124 in helpers/")]
 
     comment = render_comment(result)
-    assert "✔️ Accepted by perfcheck.yml's `acks[0]`, which names this break" in comment
+    assert "✔️ Accepted by the config's `acks[0]`, which names this break" in comment
     assert "Accepted-break entries that matched nothing" in comment
     assert "- `acks[1]`: GB0124 in helpers/ (scalars read in the helpers)" in comment
 
@@ -326,9 +326,9 @@ def test_every_report_names_the_accepting_entry_and_the_stale_ones() -> None:
     )
     review = _reviewed(config, [], [PRINT, ITEM])
     for text in (render_comment(review), render_job_summary(review)):
-        assert "✔️ Accepted by perfcheck.yml's `acks[0]`, which names this break: prints &lt;b&gt;" in text
+        assert "✔️ Accepted by the config's `acks[0]`, which names this break: prints &lt;b&gt;" in text
         assert "- `acks[1]`: GB0124 in other.py (a break long gone)" in text
     assert "(accepted by `acks[0]`)" in render_check_summary(review)
     html = render_html(review)
-    assert "Accepted by perfcheck.yml's <code>acks[0]</code>" in html
+    assert "Accepted by the config's <code>acks[0]</code>" in html
     assert "<li><code>acks[1]</code>: GB0124 in other.py (a break long gone)</li>" in html
