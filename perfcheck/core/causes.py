@@ -54,11 +54,12 @@ def _pick(effect: Finding, candidates: list[tuple[str, list[int]]], findings: Se
 def by_cause(findings: Sequence[Finding]) -> list[CauseGroup]:
     """``findings`` (a review's, in its order) grouped: every finding in exactly one group, causes
     heading the effects of their workload, groups worst first."""
+    # Each cause's phrase, made once: a finding whose category is a cause and that names itself.
+    phrases = [because(f) if _role(f) == "cause" else None for f in findings]
     # (category, phrase, n) -> the cause, once per workload it was met in; n tells apart causes
     # of one workload that read the same (two breaks Dynamo gave no line).
     leads: dict[tuple[str, str, int], list[int]] = {}
-    for i, f in enumerate(findings):
-        phrase = because(f) if _role(f) == "cause" else None
+    for i, (f, phrase) in enumerate(zip(findings, phrases, strict=True)):
         if not phrase:
             continue
         n = 0
@@ -67,8 +68,8 @@ def by_cause(findings: Sequence[Finding]) -> list[CauseGroup]:
         leads.setdefault((f.category, phrase, n), []).append(i)
     effects: dict[tuple[str, str, int], list[int]] = {key: [] for key in leads}
     alone: list[int] = []
-    for i, f in enumerate(findings):
-        if _role(f) == "cause" and because(f):
+    for i, (f, phrase) in enumerate(zip(findings, phrases, strict=True)):
+        if phrase:
             continue
         here = [(k, idx) for k, idx in leads.items() if any(findings[j].workload == f.workload for j in idx)]
         if _role(f) != "effect" or not here:

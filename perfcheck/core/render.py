@@ -10,7 +10,7 @@ import jinja2
 
 from perfcheck.core import markdown, probes
 from perfcheck.core.bisect import markdown as bisect_markdown
-from perfcheck.core.causes import grouped
+from perfcheck.core.causes import Grouped, grouped
 from perfcheck.core.charts import mermaid_step_chart
 from perfcheck.core.explain import own_words
 from perfcheck.core.matrix import Entry, details, figure, resolve, title, where_of
@@ -123,11 +123,11 @@ def _environment(results: list[ProbeResult]) -> Environment | None:
     return next((r.environment for r in results if r.environment is not None), None)
 
 
-def headline(review: Review) -> str:
+def headline(review: Review, groups: list[Grouped] | None = None) -> str:
     """The review in one line, counting what changed by cause: one cause with its effects is one
     regression ("1 cause: the new graph break at model.py:17 — step +12.0 %, compile +30.1 %"),
     however many findings say it. Plain text; it holds probe text, so every report escapes it."""
-    groups = grouped(review)
+    groups = grouped(review) if groups is None else groups
     failing = [g for g in groups if g.state == "error"]
     warnings = sum(g.state == "warning" for g in groups)
     acked = sum(g.state == "acknowledged" for g in groups)
@@ -171,12 +171,12 @@ def template_env(custom: Path | None) -> jinja2.Environment:
     return env
 
 
-def _groups(review: Review, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _groups(review: Review, groups: list[Grouped], items: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The findings' items grouped by cause, as the reports show them: each group's first lead
     (the cause, or the finding alone) with the workloads it was met in, and its effects with their
     figures, their own words and the verify commands that differ from the cause's."""
     out = []
-    for n, g in enumerate(grouped(review), start=1):
+    for n, g in enumerate(groups, start=1):
         leads = [items[i] for i in g.group.leads]
         lead = leads[0]
         said = lead["entry"].verify[0] if lead["entry"] and lead["entry"].verify else None
@@ -234,7 +234,8 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
         }
         for i, f in enumerate(review.findings, start=1)
     ]
-    said = headline(review)
+    groups = grouped(review)
+    said = headline(review, groups)
     return {
         "review": review,
         "icon": _ICONS[review.verdict],
@@ -246,7 +247,9 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
         "head_name": _side_name(review.head.tree, review.head.revision),
         "workloads": [{"name": wl.name, "rows": workload_rows(wl)} for wl in review.workloads],
         "findings": items,
-        "groups": _groups(review, items),
+        "groups": _groups(review, groups, items),
+        # The same groups as read against the findings, for the reports that count by them.
+        "grouped": groups,
         "chart": mermaid_step_chart(review),
         # Built of escaped cells (core.bisect.markdown); the document came from the probe job, so
         # it is shown as unverified, with the commands that check it.

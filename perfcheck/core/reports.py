@@ -14,7 +14,7 @@ import jinja2
 from markupsafe import Markup
 
 from perfcheck.core import break_depth, charts, markdown, noise_chart, probes
-from perfcheck.core.causes import Grouped, grouped
+from perfcheck.core.causes import Grouped
 from perfcheck.core.matrix import Entry
 from perfcheck.core.noise import WorkloadRun
 from perfcheck.core.probes.kind import ProbeKind
@@ -91,7 +91,7 @@ def _context(review: Review, matrix: dict[str, Entry] | None) -> dict[str, Any]:
     """The PR comment's context, plus where each finding is, its details and a one-row summary."""
     context = review_context(review, matrix)
     kinds = overview_kinds(review)
-    groups = grouped(review)
+    groups = context["grouped"]
     context["columns"] = [c for kind in kinds for c in kind.columns]
     for row, wl in zip(context["workloads"], review.workloads, strict=True):
         row["summary"] = summary_row(wl, groups, kinds)
