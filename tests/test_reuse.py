@@ -303,14 +303,16 @@ def test_edited_replayed_or_foreign_records_are_refused_and_base_probed(
 
 
 @pytest.mark.e2e
-def test_where_the_review_measures_compile_latency_base_compiles_and_the_rest_is_reused(
+def test_where_the_review_measures_compile_latency_base_compile_is_reused_with_its_cache(
     tmp_path: Path,
     fork_servers: ForkServers,
     capfd: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Compile latency's cache-cold samples are made beside each side's own compile: a review that
-    measures them probes base's compile even where a record matches, and reuses the rest."""
+    """Compile latency's cache-cold samples are made in processes that start from base's compile
+    cache: the record keeps that cache, packed as base's compile probe left it, and a review that
+    measures compile latency reuses base's compile only with it unpacked; a packed cache that is
+    not the record's is refused and base compiled afresh."""
     monkeypatch.delenv(SHARED_CACHE_ENV, raising=False)  # cold caches: compile latency is measured
     base = model_tree(tmp_path / "base")
     store = tmp_path / "store"
@@ -326,13 +328,36 @@ def test_where_the_review_measures_compile_latency_base_compiles_and_the_rest_is
         return run(request, fork_servers)[0]
 
     review("rec", record_base=store)
-    assert sorted(p.name.split("-")[0] for p in store.iterdir()) == ["compile", "export"]
+    [packed] = store.glob("*.cache.tar")
+    assert sorted(p.name.split("-")[0] for p in store.glob("*.json")) == ["compile", "export"]
+    assert Record.model_validate_json(
+        packed.with_name(packed.name.replace(".cache.tar", ".json")).read_bytes()
+    ).cache
     capfd.readouterr()
     reused = review("pr", reuse_base=store)
     log = capfd.readouterr().err
-    assert "reuse: base · net · compile: probed: this review measures compile latency beside it" in log
+    assert "reuse: base · net · compile: reused from the recorded run, same content (1 files); " in log, log
+    assert "its compile cache unpacked (" in log
     assert "reuse: base · net · export: reused" in log, log
     [wl] = reused.workloads
     reused_probes = {r.probe: r.reused_from is not None for r in wl.base}
-    assert reused_probes == {"compile": False, "export": True, "timing": False}
+    assert reused_probes == {"compile": True, "export": True, "timing": False}
+    assert wl.compile_latency is not None and wl.compile_latency.pairs >= 2
+    head_compile = next(r for r in wl.head if r.probe == "compile")
+    assert head_compile.metrics["from_base_cache"], "head's compile did not start from base's unpacked cache"
+
+    # The packed cache changed after its record was made (same size): base compiles afresh.
+    data = bytearray(packed.read_bytes())
+    data[len(data) // 2] ^= 1
+    packed.write_bytes(bytes(data))
+    refused = review("pr2", reuse_base=store)
+    log = capfd.readouterr().err
+    assert "its packed compile cache refused: its content is not the record's (sha256 differs)" in log, log
+    assert "reuse: base · net · compile: probed afresh" in log
+    [wl] = refused.workloads
+    assert {r.probe: r.reused_from is not None for r in wl.base} == {
+        "compile": False,
+        "export": True,
+        "timing": False,
+    }
     assert wl.compile_latency is not None and wl.compile_latency.pairs >= 2

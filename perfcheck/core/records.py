@@ -30,6 +30,7 @@ RECORD_FORMAT: Final = 1
 MAX_RECORD_BYTES: Final = 4 << 20  # one record's file; a compile result is tens of KB
 MAX_STORE_FILES: Final = 1000  # files of a store folder looked at
 MAX_STORE_BYTES: Final = 64 << 20  # all records read by one review, together
+MAX_CACHE_BYTES: Final = 2 << 30  # one packed compile cache (a Llama's on a GPU is hundreds of MB)
 
 Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
 # The parts of a probe's spec that say which side it is and where things are: not what it measured.
@@ -53,10 +54,21 @@ class RecordKey(Strict):
     )
 
 
+class CacheArchive(Strict):
+    """Base's compile cache as its compile probe left it, packed beside a compile record
+    (perfcheck/runner/cache_archive.py): the file's size and sha256, which bind it to the record."""
+
+    sha256: Sha256
+    size: int = Field(ge=0, le=MAX_CACHE_BYTES)
+
+
 class Record(Strict):
     format: Literal[1] = RECORD_FORMAT
     key: RecordKey
     result: ProbeResult
+    cache: CacheArchive | None = Field(
+        default=None, description="base's compile cache, packed in the file cache_file_name names"
+    )
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$")
     run: str | None = Field(default=None, max_length=100, pattern=r"^[\w.-]*$")
     digest: Sha256 = Field(description="sha256 of the rest (record_digest): an edited record fails it")
@@ -84,6 +96,11 @@ def file_name(key: RecordKey) -> str:
     """A record's file name: its probe and spec (what a review looks up) and its whole key, so a
     later run of the same content replaces it and one of other content lies beside it."""
     return f"{key.probe}-{key.spec[:16]}-{sha256(canonical(key.model_dump(mode='json')))[:16]}.json"
+
+
+def cache_file_name(record_name: str) -> str:
+    """The file beside a record that holds its packed compile cache: replaced with the record."""
+    return record_name.removesuffix(".json") + ".cache.tar"
 
 
 def lookup_prefix(probe: str, spec: str) -> str:
@@ -138,10 +155,14 @@ def as_recorded(result: ProbeResult) -> ProbeResult:
 
 
 def make_record(
-    key: RecordKey, result: ProbeResult, commit: str | None = None, run: str | None = None
+    key: RecordKey,
+    result: ProbeResult,
+    commit: str | None = None,
+    run: str | None = None,
+    cache: CacheArchive | None = None,
 ) -> Record:
     """A record of ``result`` under ``key``, with its digest."""
-    draft = Record(key=key, result=result, commit=commit, run=run, digest="0" * 64)
+    draft = Record(key=key, result=result, commit=commit, run=run, cache=cache, digest="0" * 64)
     return draft.model_copy(update={"digest": record_digest(draft)})
 
 

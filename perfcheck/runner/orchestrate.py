@@ -287,6 +287,8 @@ class _Review:
             )
             result = result.model_copy(update={"status": "skipped", "message": why})
             self.budget.cut(f"{label}: {why}")
+        if cache is not None and side.side == "base":
+            self.store.keep_cache(spec, cache)  # as the probe left it, before anything else reads it
         compiled = probe_metrics(result, CompileMetrics)
         if from_base and compiled is not None:
             result = result.with_metrics(compiled.model_copy(update={"from_base_cache": True}))

@@ -2,10 +2,16 @@
 (--reuse-base) where a record's key is this base's: the store's files, the base tree's hashes and
 this run's environment fingerprint (perfcheck/core/records.py holds the key and the checks).
 
+A compile record carries base's compile cache as its compile probe left it, packed in a file
+beside it (perfcheck/runner/cache_archive.py says why the rest of the review needs it); a review
+that reuses the record unpacks it where base's compile probe would have filled the cache.
+
 Who can write the store is the whole of its trust: only the orchestrator writes records, after
 the probes ended, and only in a run asked to record; no probe process sees the store folders
-(``side_walls`` hides them); a review reads the store once, before any probe starts, so that
-nothing written into it while PR code runs is read.
+(``side_walls`` hides them); a review reads the store's records once, before any probe starts, so
+that nothing written into it while PR code runs is read. A packed cache is read later, when its
+record is reused, and only where its size and sha256 are the ones that record (read at the start)
+gives.
 """
 
 from __future__ import annotations
@@ -13,21 +19,25 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
 from functools import cache
 from pathlib import Path
+from typing import BinaryIO
 
 from perfcheck.core import probes
 from perfcheck.core.records import (
     MAX_RECORD_BYTES,
     MAX_STORE_BYTES,
     MAX_STORE_FILES,
+    CacheArchive,
     Record,
     RecordError,
     RecordKey,
     as_recorded,
+    cache_file_name,
     file_name,
     lookup_prefix,
     make_record,
@@ -38,12 +48,12 @@ from perfcheck.core.records import (
     spec_digest,
 )
 from perfcheck.measures import Environment
-from perfcheck.runner import forkserver
+from perfcheck.runner import cache_archive, forkserver
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.latency_results import latency_place
 from perfcheck.runner.probe_process import run_module
 from perfcheck.runner.review_run import ReviewRun
-from perfcheck.runner.sides import probe_env, side_walls
+from perfcheck.runner.sides import SHARED_CACHE_ENV, probe_env, side_caches, side_walls
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 from perfcheck.schema import ContractError, ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
@@ -80,11 +90,12 @@ def read_store(folder: Path) -> tuple[dict[str, bytes], list[str]]:
     left: list[str] = []
     total = 0
     try:
-        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        # Records only: the packed caches beside them are read when one is reused.
+        entries = sorted((e for e in os.scandir(folder) if e.name.endswith(".json")), key=lambda e: e.name)
     except OSError as err:
         return {}, [f"{folder}: cannot read it ({err.strerror})"]
     for entry in entries[:MAX_STORE_FILES]:
-        if not entry.name.endswith(".json") or not entry.is_file(follow_symlinks=False):
+        if not entry.is_file(follow_symlinks=False):
             continue
         try:
             with open(entry.path, "rb", opener=_no_follow) as f:
@@ -154,6 +165,8 @@ class BaseStore:
         self._fingerprinted = False
         self._hashes: dict[str, str | None] = {}
         self._specs: dict[tuple[str, str], ProbeSpec] = {}
+        # Base's compile cache per workload, packed for its record (or why it was not).
+        self._packed: dict[str, tuple[Path, CacheArchive] | str] = {}
 
     def spec(self, spec: ProbeSpec) -> ProbeSpec:
         """``spec``, asked to say what it reads where this run records its result."""
@@ -174,13 +187,9 @@ class BaseStore:
         if spec.latency is not None:
             self.say(f"reuse: {label}: probed: it measures compile latency here")
             return None
-        if spec.probe == "compile" and latency_place(self.run, {"compile"}) is not None:
-            # Compile latency's cache-cold samples are made beside each side's own compile: without
-            # base's, base's samples were not what a cold review measures (an H100's default GPU
-            # suite A/A, base's compile reused: mlp's cache-cold compile 0.40 s on base against
-            # 1.04 s on head, a false alarm; 1.07 against 1.05 s with both compiled).
-            self.say(f"reuse: {label}: probed: this review measures compile latency beside it")
-            return None
+        # Compile latency's cache-cold samples are made in processes that start from base's compile
+        # cache: base's compile is reused there only with the cache its probe left, unpacked.
+        needs_cache = spec.probe == "compile" and latency_place(self.run, {"compile"}) is not None
         digest = spec_digest(spec)
         names = sorted(n for n in self.snapshot if n.startswith(lookup_prefix(spec.probe, digest)))
         if not names:
@@ -202,14 +211,57 @@ class BaseStore:
                 environment=self.environment,
                 built_in=spec.workload.entry in BUILTIN_WORKLOADS,
             )
-            if why is None:
-                self.say(
-                    f"reuse: {label}: reused {_origin(record)}, same content ({len(record.key.files)} files)"
-                )
-                return reused_result(record)
-            whys.append(f"{name}: {why}")
+            if why is not None:
+                whys.append(f"{name}: {why}")
+                continue
+            unpacked, what = (True, "")
+            if spec.probe == "compile":
+                unpacked, what = self._restore(record, name, spec.workload.name)
+            if not unpacked and needs_cache:
+                whys.append(f"{name}: {what}, and this review's compile latency starts from it")
+                continue
+            files = len(record.key.files)
+            said = f"; {what}" if what else ""
+            self.say(f"reuse: {label}: reused {_origin(record)}, same content ({files} files){said}")
+            return reused_result(record)
         self.say(f"reuse: {label}: probed afresh: {'; '.join(whys[:3])}")
         return None
+
+    def _restore(self, record: Record, name: str, workload: str) -> tuple[bool, str]:
+        """Base's compile cache of ``record`` unpacked where base's compile probe would have left
+        it: whether it was, and what became of it ("its compile cache unpacked (12 files, 0.4
+        MB)", "no compile cache kept with it")."""
+        if record.cache is None:
+            return False, "no compile cache kept with it"
+        assert self.run.reuse_base is not None  # a snapshot is read from it
+        try:
+            files = cache_archive.unpack(
+                self.run.reuse_base / cache_file_name(name),
+                record.cache.sha256,
+                record.cache.size,
+                side_caches(self.workdir, workload)["base"],
+                self.workdir / "record-cache",
+            )
+        except cache_archive.ArchiveError as err:
+            return False, f"its packed compile cache refused: {err}"
+        return True, f"its compile cache unpacked ({files} files, {record.cache.size / 1e6:.1f} MB)"
+
+    def keep_cache(self, spec: ProbeSpec, cache: Path) -> None:
+        """Base's compile cache of ``spec``'s workload, packed now, as its compile probe left it
+        (before the timing workers add to it), for the record this run makes of that probe."""
+        workload = spec.workload.name
+        if (workload, spec.probe) not in self._specs or spec.probe != "compile" or spec.side != "base":
+            return
+        if os.environ.get(SHARED_CACHE_ENV):  # the test suite's one cache: not the probe's own
+            self._packed[workload] = "the compile cache is the shared one (PERFCHECK_COMPILE_CACHE)"
+            return
+        dest = self.workdir / "record-cache" / f"{hashlib.sha256(workload.encode()).hexdigest()[:16]}.tar"
+        try:
+            sha, size = cache_archive.pack(cache, dest)
+        except (cache_archive.ArchiveError, OSError) as err:
+            self._packed[workload] = f"its compile cache not packed: {err}"
+            return
+        self._packed[workload] = (dest, CacheArchive(sha256=sha, size=size))
 
     def record(self, results: Iterable[ProbeResult]) -> None:
         """Base's reusable results of this run, recorded in ``--record-base`` (after every probe
@@ -242,8 +294,16 @@ class BaseStore:
                 files={p: d for p, d in files.items() if d is not None},
             )
             run_id = os.environ.get(RUN_ID_ENV, "")
+            packed = self._packed.get(result.workload) if result.probe == "compile" else None
+            kept = None
+            if isinstance(packed, tuple):
+                archive, kept = packed
+                # Written first: a record in the store never names a packed cache that is not there.
+                _write_file(folder, cache_file_name(file_name(key)), archive)
+            elif packed is not None:
+                self.say(f"record: {label}: {packed}")
             record = make_record(
-                key, as_recorded(result), self.run.base_revision, run_id if run_id.isdigit() else None
+                key, as_recorded(result), self.run.base_revision, run_id if run_id.isdigit() else None, kept
             )
             _write(folder, record)
             written += 1
@@ -309,14 +369,27 @@ def _origin(record: Record) -> str:
 
 def _write(folder: Path, record: Record) -> None:
     """``record`` into ``folder``, whole or not at all (a reader never sees half a record)."""
+    _replace(folder, file_name(record.key), lambda f: f.write(record.model_dump_json().encode()))
+
+
+def _write_file(folder: Path, name: str, source: Path) -> None:
+    """A copy of ``source`` as ``folder``/``name``, whole or not at all."""
+
+    def copy(f: BinaryIO) -> None:
+        with open(source, "rb") as src:
+            shutil.copyfileobj(src, f, 1 << 20)
+
+    _replace(folder, name, copy)
+
+
+def _replace(folder: Path, name: str, fill: Callable[[BinaryIO], object]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    target = folder / file_name(record.key)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".record-", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(record.model_dump_json().encode())
+            fill(f)
         os.chmod(tmp, 0o644)  # the store is data for every later run to read, not a secret
-        os.replace(tmp, target)
+        os.replace(tmp, folder / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

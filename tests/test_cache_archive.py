@@ -1,0 +1,111 @@
+"""Base's compile cache packed beside its record and unpacked for a review that reuses it
+(perfcheck/runner/cache_archive.py): what was packed comes back byte for byte, and an archive
+that is not the record's, or would write anywhere but its own folder, unpacks nothing."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from perfcheck.runner.cache_archive import ArchiveError, pack, unpack
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_packed_cache_unpacks_byte_for_byte_elsewhere_and_links_stay_behind(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    (cache / "inductor" / "fxgraph" / "ab").mkdir(parents=True)
+    (cache / "inductor" / "fxgraph" / "ab" / "entry").write_bytes(os.urandom(3000))
+    kernel = cache / "inductor" / "cp" / "kernel.so"
+    kernel.parent.mkdir()
+    kernel.write_bytes(b"\x7fELF")
+    kernel.chmod(0o755)
+    (cache / "triton").mkdir()
+    (cache / "inductor" / "outside").symlink_to(tmp_path)  # a link is not the cache's to carry
+
+    sha, size = pack(cache, tmp_path / "store" / "c.cache.tar")
+    assert size == (tmp_path / "store" / "c.cache.tar").stat().st_size
+    into = tmp_path / "review" / "base-net"
+    into.mkdir(parents=True)
+    (into / "stale").write_text("left by an earlier review")
+    files = unpack(tmp_path / "store" / "c.cache.tar", sha, size, into, tmp_path / "scratch")
+
+    expected = {k: v for k, v in _tree(cache).items() if not k.startswith("inductor/outside")}
+    assert files == 2 and _tree(into) == expected
+    assert (into / "triton").is_dir() and not (into / "inductor" / "outside").exists()
+    assert os.access(into / "inductor" / "cp" / "kernel.so", os.X_OK)
+    assert list((tmp_path / "scratch").iterdir()) == []  # the private copy is gone
+
+
+def test_an_archive_that_is_not_the_records_unpacks_nothing(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "entry").write_text("compiled")
+    archive = tmp_path / "c.tar"
+    sha, size = pack(cache, archive)
+    into = tmp_path / "into"
+
+    with pytest.raises(ArchiveError, match="bytes, the record says"):
+        unpack(archive, sha, size + 1, into, tmp_path / "s")
+    with pytest.raises(ArchiveError, match="larger than the record says"):
+        unpack(archive, sha, size - 1, into, tmp_path / "s")
+    data = bytearray(archive.read_bytes())
+    data[600] ^= 1  # inside the file's content
+    archive.write_bytes(bytes(data))
+    with pytest.raises(ArchiveError, match="sha256 differs"):
+        unpack(archive, sha, size, into, tmp_path / "s")
+    assert not into.exists() or list(into.iterdir()) == []
+    (tmp_path / "link.tar").symlink_to(archive)
+    with pytest.raises(ArchiveError, match="cannot read it"):
+        unpack(tmp_path / "link.tar", sha, size, into, tmp_path / "s")
+
+
+def _hostile(tmp_path: Path, member: tarfile.TarInfo, data: bytes = b"") -> tuple[Path, str, int]:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        ok = tarfile.TarInfo("fxgraph/entry")
+        ok.size = 2
+        tar.addfile(ok, io.BytesIO(b"ok"))
+        tar.addfile(member, io.BytesIO(data) if data else None)
+    raw = buf.getvalue()
+    path = tmp_path / "hostile.tar"
+    path.write_bytes(raw)
+    return path, hashlib.sha256(raw).hexdigest(), len(raw)
+
+
+@pytest.mark.parametrize(
+    ("name", "kind", "why"),
+    [
+        ("../../escaped", tarfile.REGTYPE, "not a path inside the cache"),
+        ("/etc/escaped", tarfile.REGTYPE, "not a path inside the cache"),
+        ("fxgraph/../../escaped", tarfile.REGTYPE, "not a path inside the cache"),
+        ("fxgraph/link", tarfile.SYMTYPE, "not a plain file or folder"),
+        ("fxgraph/hard", tarfile.LNKTYPE, "not a plain file or folder"),
+        ("fxgraph/fifo", tarfile.FIFOTYPE, "not a plain file or folder"),
+        ("fxgraph/entry", tarfile.REGTYPE, "named twice"),
+    ],
+)
+def test_an_archive_reaching_outside_its_folder_or_holding_links_unpacks_nothing(
+    tmp_path: Path, name: str, kind: bytes, why: str
+) -> None:
+    member = tarfile.TarInfo(name)
+    member.type = kind
+    data = b""
+    if kind == tarfile.REGTYPE:
+        data = b"planted"
+        member.size = len(data)
+    else:
+        member.linkname = "/etc/passwd"
+    archive, sha, size = _hostile(tmp_path, member, data)
+    into = tmp_path / "review" / "cache"
+    with pytest.raises(ArchiveError, match=why):
+        unpack(archive, sha, size, into, tmp_path / "scratch")
+    assert into.is_dir() and list(into.iterdir()) == []  # what came before the bad member is gone too
+    assert not (tmp_path / "escaped").exists() and not (tmp_path / "review" / "escaped").exists()
