@@ -1,7 +1,8 @@
 """What reusing base's structural results saves a review: a default-branch run records base's
 (``--record-base``), then cold reviews and reused ones (``--reuse-base``) of the demo alternate,
-each a whole ``perfcheck review`` process with the demo's default config, its wall time printed,
-and the ratio reused / cold of the medians at the end. Exit codes are checked to agree.
+each a whole ``perfcheck review`` process with the demo's default config, its wall time and its
+time line printed, and the ratio reused / cold of the medians at the end. Exit codes and the
+findings' categories are checked to agree.
 
     python bench/reuse.py --pairs 2
 """
@@ -9,6 +10,7 @@ and the ratio reused / cold of the medians at the end. Exit codes are checked to
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -19,6 +21,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE, HEAD = ROOT / "examples" / "demo" / "base", ROOT / "examples" / "demo" / "head"
+
+
+def parts(out: Path) -> tuple[str, list[tuple[str, str]]]:
+    """A review's time line (its comment's "Time:" line) and its findings' categories and severities."""
+    comment = (out / "comment.md").read_text()
+    line = next((x for x in comment.splitlines() if x.startswith("Time:")), "Time: ?")
+    found = json.loads((out / "result.json").read_text())["findings"]
+    return line, sorted((f["category"], f["severity"]) for f in found)
 
 
 def review(out: Path, *extra: str, head: Path = HEAD) -> tuple[float, int]:
@@ -47,11 +57,16 @@ def main() -> int:
         for i in range(args.pairs):
             c, c_rc = review(Path(tmp) / f"cold{i}")
             r, r_rc = review(Path(tmp) / f"reused{i}", "--reuse-base", str(store))
-            if c_rc != r_rc:
-                sys.exit(f"pair {i + 1}: exit codes differ: cold {c_rc}, reused {r_rc}")
+            (c_line, c_found), (r_line, r_found) = (
+                parts(Path(tmp) / f"cold{i}"),
+                parts(Path(tmp) / f"reused{i}"),
+            )
+            if c_rc != r_rc or c_found != r_found:
+                sys.exit(f"pair {i + 1}: cold exit {c_rc} {c_found}, reused exit {r_rc} {r_found}")
             cold.append(c)
             reused.append(r)
-            print(f"pair {i + 1}: cold {c:.1f} s, reused {r:.1f} s (exit {c_rc} both)")
+            print(f"pair {i + 1}: cold {c:.1f} s, reused {r:.1f} s (exit {c_rc} both, same findings)")
+            print(f"  cold    {c_line}\n  reused  {r_line}")
     c_med, r_med = statistics.median(cold), statistics.median(reused)
     print(f"median cold {c_med:.1f} s, reused {r_med:.1f} s: ratio reused/cold {r_med / c_med:.3f}")
     return 0
