@@ -431,19 +431,25 @@ def test_the_first_timed_workloads_workers_set_up_while_the_last_per_side_probes
             assert sorted(r.probe for r in side) == ["compile", "timing"], workload.name
 
 
-def test_without_timing_the_compile_probe_makes_the_cold_compiles(
+def test_without_timing_a_round_of_both_sides_at_once_makes_the_cold_compiles(
     tmp_path: Path, review: ReviewFn, cold: None
 ) -> None:
+    """Where no timing pairs run, the samples come from a round of processes of their own, one a
+    side at the same time, after the compile probes: sample i of base and of head are made in the
+    same moment. (Made in each side's compile probe, one side after the other, a busy moment on a
+    shared CI worker moved one side's pair only, and an A/A failed.)"""
     config = fast_config("  measure: wall\n  runs: 2\n")
     result = review(model_tree(tmp_path / "base"), model_tree(tmp_path / "head"), config, probes=("compile",))
     change = result.workloads[0].compile_latency
     assert change is not None and change.measure == "wall" and change.pairs >= 2
     [head] = [r for r in result.workloads[0].head if r.probe == "compile"]
     assert head.metrics_as(CompileMetrics).from_base_cache  # what base compiled, read
-    # Without timing pairs, each side's two wall-clock compiles run in its own compile probe, one
-    # side after the other: on a CPU another job shares (a CI worker beside this one), head's pair
-    # can both land in a busy moment and read slower. That is the figure's noise, not a structural
-    # difference: nothing else in this A/A may differ.
+    rounds = sorted(p.name for p in (tmp_path / "out" / "probes").glob("*compile_latency-first*.log"))
+    assert rounds == ["base-net-compile_latency-first.log", "head-net-compile_latency-first.log"], rounds
+    steps = {s.step: s for c in result.costs for s in c.steps}
+    assert steps["base ⇄ head · net · compile latency"].note == "2 cache-cold per side, both sides at once"
+    # Paired in time, the figure is still the wall clock's: a busy moment can still move both
+    # sides' pair apart. Nothing structural may differ in this A/A.
     assert [f.category for f in result.findings if f.category != "compile_latency_regression"] == []
 
 

@@ -9,8 +9,8 @@ swamps the difference between two trees. Measured on the demo's classifier under
 next fresh-cache compiles 3.1-3.2 s, within 3 % of each other.
 
 Three kinds of process run it: a timing worker after its timed rounds (the default: both sides'
-processes of a pair are there already, warm, and idle), the compile probe's own process where no
-timing runs, and a process of its own under callgrind (perfcheck/runner/probes/compile_latency_probe.py).
+processes of a pair are there already, warm, and idle), and where no timing runs, a process of its
+own a side, both at once, by wall clock or under callgrind (perfcheck/runner/probes/compile_latency_probe.py).
 """
 
 from __future__ import annotations

@@ -30,7 +30,9 @@ def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | Non
         return "callgrind"
     # A compiled timing worker has compiled once and sits idle after its rounds: the place to make
     # a cache-cold compile that pays nothing a fresh process would.
-    return "timing" if "timing" in planned and run.config.timing.compiled else "compile probe"
+    # Without them, a round of processes a side at once after the compile probes
+    # (perfcheck/runner/latency_stage.py ``_first_round``).
+    return "timing" if "timing" in planned and run.config.timing.compiled else "rounds"
 
 
 def shares_compile_cache(run: ReviewRun, wl: WorkloadConfig, busy: bool = False) -> bool:

@@ -3,9 +3,11 @@
 A cache-cold compile is measured in a process that has compiled already (perfcheck/runner/cold_compile.py
 says why), and those processes are there anyway: by wall clock, each timing pair's two workers
 compile once more after their timed rounds, alternating which side goes first as the pairs do
-(``Where`` "timing"); where no timing runs, the compile probe's own process makes them ("compile
-probe"). Only callgrind's instruction counts need processes of their own, started under valgrind:
-one a side, ``compile.runs`` counted compiles each after one warm-up. Instruction counts do not
+(``Where`` "timing"); where no timing runs, a round of processes of their own, one a side at once
+after the compile probes, each a warm-up compile and ``compile.runs`` counted ones ("rounds": the
+two samples of a pair made in the same moment, as the timing workers' are). Callgrind's
+instruction counts need processes of their own too, started under valgrind: one a side,
+``compile.runs`` counted compiles each after one warm-up. Instruction counts do not
 depend on the machine's load, so the two sides' processes run at the same time. Every measured
 compile starts from empty caches of its own, whatever ``PERFCHECK_COMPILE_CACHE`` says.
 """
@@ -50,7 +52,7 @@ CALLGRIND_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 
-Where = Literal["timing", "compile probe", "callgrind"]
+Where = Literal["timing", "rounds", "callgrind"]
 
 
 @dataclass(frozen=True)

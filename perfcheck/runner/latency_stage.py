@@ -13,14 +13,13 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from perfcheck.measures import CompileLatency, Side
+from perfcheck.measures import CompileLatency, CompileMetrics, Side
 from perfcheck.progress import Progress, Task
 from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs
-from perfcheck.runner.budget import Budget, Step, latency_estimate_s, prior
+from perfcheck.runner.budget import Budget, Step, cold_compile_estimate_s, latency_estimate_s, prior
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.latency_results import (
     compiled_both,
-    noted,
     noted_more,
     samples_said,
     stopped_at_limit,
@@ -97,8 +96,8 @@ class LatencyStage:
             if choice.note:
                 self.notes[wl.name] = choice.note
             if choice.measure != "callgrind":
-                if where == "compile probe":  # measured there already, by wall clock
-                    out = with_latency(out, wl.name, noted(compiled, choice.note))
+                if where == "rounds":
+                    out = self._first_round(out, wl, compiled)
                 continue
             self.latency_at[wl.name] = "callgrind"
             counted = self._run_callgrind(wl, choice)
@@ -114,12 +113,62 @@ class LatencyStage:
             )
             self.notes[wl.name] = note
             self.latency_at[wl.name] = where
-            if where == "compile probe":
-                out = with_latency(out, wl.name, noted(compiled, note))
-            else:  # the timing pairs make them: one more step of the plan
-                self.latency_owed.add(wl.name)
-                self.progress.total += 1
+            # The wall clock's samples are one more step of the plan (the timing pairs' or a round's).
+            self.latency_owed.add(wl.name)
+            self.progress.total += 1
+            if where == "rounds":
+                out = self._first_round(out, wl, compiled)
         return out
+
+    def _first_round(
+        self, collected: list[ProbeResult], wl: WorkloadConfig, compiled: Mapping[str, CompileMetrics]
+    ) -> list[ProbeResult]:
+        """Compile latency by wall clock where no timing pairs make it: one round of fresh-cache
+        compiles, a process a side at once (perfcheck/runner/latency_more.py ``run_round``), so
+        that each pair of samples is made in the same moment. Made one side after the other (in
+        each side's compile probe, as before), a busy moment on a shared CPU moved one side's
+        samples only: an A/A read +48.5 % (+46.5 … +50.6) on a CI worker running a second suite."""
+        runs = self.run_.config.compile.runs
+        first_s = max(m.cold_compile_s for m in compiled.values())
+        expected = latency_more.START_S + first_s + runs * cold_compile_estimate_s(first_s)
+        label = f"base ⇄ head · {wl.name} · compile latency"
+        task = self.latency_task(wl.name, label)
+        left = self.budget.left()
+        if expected > left:
+            why = (
+                f"not measured: {runs} compiles a side would take about {expected:.0f} s, more than "
+                f"the {max(left, 0):.0f} s left of review.time_budget_s"
+            )
+            self.budget.skip(label, expected, why)
+            task.finish(why)
+            unmade = {s: CompileLatency(measure="wall", failures=[why]) for s in ("base", "head")}
+            return self.with_samples(collected, wl.name, unmade)
+        step = self.budget.begin(label, expected)
+        made = {
+            str(side): m for side, m in latency_more.run_round(self._wall_launch(wl, "-first"), runs).items()
+        }
+        said = f"{samples_said(made)}, both sides at once"
+        step.done(said)
+        task.finish(said)
+        return self.with_samples(collected, wl.name, made)
+
+    def _wall_launch(self, wl: WorkloadConfig, tag: str) -> latency_more.Launch:
+        """Starts one side's process of wall-clock compiles of ``wl``: a warm-up compile, then the
+        counted fresh-cache ones (its files named with ``tag``)."""
+        run = self.run_
+        sides = {"base": run.base, "head": run.head}
+
+        def launch(side: Side, compiles: int) -> ProbeResult:
+            plan = LatencyPlan(measure="wall", compiles=compiles)
+            spec = probe_spec(run, wl, "compile", sides[side])
+            spec = spec.model_copy(update={"probe": "compile_latency", "latency": plan})
+            forks = self.forks if forkserver.times_forked(run.device) else None
+            return run_probe(
+                spec, sides[side].python, wl.timeout_s, self.workdir, tag=tag, forks=forks,
+                deadline=self.budget.deadline(),
+            )  # fmt: skip
+
+        return launch
 
     def _run_callgrind(self, wl: WorkloadConfig, choice: latency_runs.Choice) -> dict[Side, CompileLatency]:
         run = self.run_
@@ -282,22 +331,11 @@ class LatencyStage:
         """More pairs of compiles where the wall clock left a workload's compile latency undecided
         (perfcheck/runner/latency_more.py), within what is left of the review's budget."""
         run, out = self.run_, list(collected)
-        sides = {"base": run.base, "head": run.head}
         for wl in run.workloads:
             compiled = compiled_both(out, wl.name)
             if compiled is None or self.latency_at[wl.name] is None:
                 continue
-
-            def launch(side: Side, compiles: int, wl: WorkloadConfig = wl) -> ProbeResult:
-                plan = LatencyPlan(measure="wall", compiles=compiles)
-                spec = probe_spec(run, wl, "compile", sides[side])
-                spec = spec.model_copy(update={"probe": "compile_latency", "latency": plan})
-                forks = self.forks if forkserver.times_forked(run.device) else None
-                return run_probe(
-                    spec, sides[side].python, wl.timeout_s, self.workdir, tag="-more", forks=forks,
-                    deadline=self.budget.deadline(),
-                )  # fmt: skip
-
+            launch = self._wall_launch(wl, "-more")
             label = f"base ⇄ head · {wl.name} · compile latency, more pairs"
             began: list[tuple[Task, Step]] = []  # the step, once a round starts
 

@@ -45,7 +45,7 @@ from perfcheck.runner.sides import (
 from perfcheck.runner.timing import run_paired
 from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
-from perfcheck.spec import LatencyPlan, ProbeSpec
+from perfcheck.spec import ProbeSpec
 from perfcheck.stopping import STOPS
 
 
@@ -112,6 +112,7 @@ class _Review:
         # One step of the progress plan per workload whose compile latency is measured apart from
         # its compile probe: under callgrind, or in its timing pairs' workers.
         latency_owed = {wl.name for wl, _ in self.paired if latency_at[wl.name] in ("timing", "callgrind")}
+        latency_owed |= {name for name, where in latency_at.items() if where == "rounds"}
         self.progress = progress_factory(len(self.single) + len(self.paired) + len(latency_owed))
         self.latency = LatencyStage(run, self.workdir, forks, budget, self.progress, latency_at, latency_owed)
         self.base_compiles: dict[str, Future[ProbeResult]] = {}
@@ -298,11 +299,7 @@ class _Review:
         return result
 
     def _spec(self, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
-        spec = probe_spec(self.run_, wl, probe, side)
-        if probe == "compile" and self.latency.latency_at[wl.name] == "compile probe":
-            plan = LatencyPlan(measure="wall", compiles=self.run_.config.compile.runs)
-            spec = spec.model_copy(update={"latency": plan})
-        return spec
+        return probe_spec(self.run_, wl, probe, side)
 
     def _cut(self, item: Item, label: str, expected: float, why: str) -> ProbeResult:
         """A per-side probe that does not run: the review's budget cannot pay for it."""

@@ -37,7 +37,7 @@ def plan_line(
     if where:
         places = {
             "timing": "in the timing pairs",
-            "compile probe": "in the compile probes",
+            "rounds": "both sides at once, after the compile probes",
             "callgrind": "under callgrind",
         }
         parts.append(

@@ -35,7 +35,6 @@ import torch._dynamo
 from torch._dynamo.utils import counters, guard_failures
 
 from perfcheck.measures import (
-    CompileLatency,
     CompileMetrics,
     GraphBreak,
     NestingBlock,
@@ -562,7 +561,6 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     torch._dynamo.reset()
 
     breaks = graph_breaks_of(explained, tree, logged, later)
-    latency = _cold_compiles(spec, build) if spec.latency is not None else None
     metrics = CompileMetrics(
         backend=cfg.backend,
         # Dynamo's own counts (explain's): the findings list each break's line once.
@@ -578,18 +576,5 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
         cold_compile_s=round(cold, 4),
         compile_breakdown_s=breakdown,
         op_count=explained.op_count,
-        latency=latency,
     )
     return ProbeOutput(metrics=metrics)
-
-
-def _cold_compiles(spec: ProbeSpec, build: Callable[[], Workload]) -> CompileLatency:
-    """Compile latency where no timing pairs run to measure it (perfcheck/runner/cold_compile.py): one
-    unmeasured cache-cold compile first, so that both sides measure after the same warm-up (head's
-    first compile may have read base's cache), then ``spec.latency.compiles`` measured ones."""
-    from perfcheck.runner.cold_compile import cold_compile
-
-    assert spec.latency is not None
-    cold_compile(spec, build, None)  # also starts Inductor's compile workers where it uses them
-    samples = [cold_compile(spec, build, None) for _ in range(spec.latency.compiles)]
-    return CompileLatency(measure="wall", samples=samples)
