@@ -175,7 +175,7 @@ class LatencyStage:
         label = f"base ⇄ head · {wl.name} · compile latency (callgrind)"
         if wl.name in self.latency_owed:
             task = self.latency_task(wl.name, label)
-        else:  # a compile-probe measure that auto found callgrind fits: not in the plan
+        else:  # a workload whose compile latency has no step of the plan (none is left for it)
             self.progress.total += 1
             task = self.progress.begin(label)
         step = self.budget.begin(label, choice.estimate_s)
@@ -382,7 +382,12 @@ class LatencyStage:
         """The steps of the plan counted for compile latency that was never measured, finished
         saying why."""
         for name in sorted(self.latency_owed):
-            self.latency_task(name).finish(f"not measured: {self.notes.get(name, 'its timing did not run')}")
+            unmade = (
+                "a side's compile probe failed or did not run"
+                if self.latency_at.get(name) == "rounds"
+                else "its timing did not run"
+            )
+            self.latency_task(name).finish(f"not measured: {self.notes.get(name, unmade)}")
 
 
 def host_memory_free_share() -> float:

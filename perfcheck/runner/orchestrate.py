@@ -110,7 +110,7 @@ class _Review:
             for wl in run.workloads
         }
         # One step of the progress plan per workload whose compile latency is measured apart from
-        # its compile probe: under callgrind, or in its timing pairs' workers.
+        # its compile probe: under callgrind, in its timing pairs' workers, or in rounds of its own.
         latency_owed = {wl.name for wl, _ in self.paired if latency_at[wl.name] in ("timing", "callgrind")}
         latency_owed |= {name for name, where in latency_at.items() if where == "rounds"}
         self.progress = progress_factory(len(self.single) + len(self.paired) + len(latency_owed))
