@@ -147,8 +147,7 @@ def recordable(result: ProbeResult, reusable: bool, entry: str, built_in: bool =
 def as_recorded(result: ProbeResult) -> ProbeResult:
     """``result`` as its probe process made it: compile-latency samples that this run's timing
     processes made and joined to it (perfcheck/runner/latency_results.py) are a paired measure,
-    made again in every review, so they are never recorded. (A compile probe asked to measure
-    latency itself, whose spec has a latency plan, is not recorded at all.)"""
+    made again in every review, so they are never recorded."""
     if not result.metrics.get("latency"):
         return result
     return result.model_copy(update={"metrics": {**result.metrics, "latency": None}})

@@ -170,7 +170,7 @@ class BaseStore:
 
     def spec(self, spec: ProbeSpec) -> ProbeSpec:
         """``spec``, asked to say what it reads where this run records its result."""
-        if self.run.record_base is None or spec.side != "base" or spec.latency is not None:
+        if self.run.record_base is None or spec.side != "base":
             return spec
         if not reusable(spec.probe):
             return spec
@@ -184,9 +184,6 @@ class BaseStore:
         if not self.snapshot or spec.side != "base" or not reusable(spec.probe):
             return None
         label = f"base · {spec.workload.name} · {spec.probe}"
-        if spec.latency is not None:
-            self.say(f"reuse: {label}: probed: it measures compile latency here")
-            return None
         # Compile latency's cache-cold samples are made in processes that start from base's compile
         # cache: base's compile is reused there only with the cache its probe left, unpacked.
         needs_cache = spec.probe == "compile" and latency_place(self.run, {"compile"}) is not None
