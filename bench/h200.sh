@@ -80,16 +80,20 @@ case "$1" in
     # Issue 41: the default GPU suite A/A with base's structural results reused, as a PR's review
     # reuses the default branch's records. DEVICE and CONFIG only for trying the script elsewhere.
     mkdir -p /tmp/tree /tmp/store
-    if [ -z "$(ls -A /tmp/store)" ] && [ -d bench-store ]; then cp bench-store/*.json /tmp/store/; fi
+    # The packed compile caches (*.cache.tar) travel with their records: without them base compiles afresh.
+    if [ -z "$(ls -A /tmp/store)" ] && [ -d bench-store ]; then cp bench-store/* /tmp/store/; fi
     begin=$(date +%s)
     call_s=${CALL_S:-570}
     suite=(python3 -m perfcheck review --base /tmp/tree --head /tmp/tree --config "$PWD/${CONFIG:-bench/gpu-suite.yml}"
            --device "${DEVICE:-cuda}" --jobs "${3:-4}")
     if [ -z "$(ls -A /tmp/store)" ]; then
       start=$(date +%s)
-      timeout $(( call_s - 30 )) "${suite[@]}" --out /tmp/reuse-record --record-base /tmp/store \
-        2> "$OUT/reuse-record.log" > /dev/null
-      echo "record (A/A, --record-base): exit code $? · wall $(( $(date +%s) - start )) s · $(ls /tmp/store | wc -l) records"
+      # RECORD_PROBES (e.g. compile,export,amp): record base's structural results only, as the
+      # default branch's run records them, without its timing; the records are the same (a
+      # record's key holds the probe's spec, not the review's other probes).
+      timeout $(( call_s - 30 )) "${suite[@]}" ${RECORD_PROBES:+--probes "$RECORD_PROBES"} --out /tmp/reuse-record \
+        --record-base /tmp/store 2> "$OUT/reuse-record.log" > /dev/null
+      echo "record (A/A${RECORD_PROBES:+, --probes $RECORD_PROBES}, --record-base): exit code $? · wall $(( $(date +%s) - start )) s · $(ls /tmp/store/*.json | wc -l) records"
       grep "^record:" "$OUT/reuse-record.log" | head -20
       cp /tmp/reuse-record/result.json "$OUT/reuse-record.json" 2>/dev/null
     fi
@@ -100,7 +104,7 @@ case "$1" in
       timeout $(( call_s - ($(date +%s) - begin) )) "${suite[@]}" --out "/tmp/reuse-$n" --reuse-base /tmp/store \
         2> "$OUT/reuse-$n.log" > /dev/null
       echo "reused A/A $n: exit code $? · wall $(( $(date +%s) - start )) s"
-      grep -E "^reuse:|^Base reused|Time:" "$OUT/reuse-$n.log" | head -16
+      grep -E "^reuse:|^Base reused|Time:|compile latency" "$OUT/reuse-$n.log" | head -24
       cp "/tmp/reuse-$n/result.json" "$OUT/reuse-$n.json" 2>/dev/null
       cp "/tmp/reuse-$n/comment.md" "$OUT/reuse-$n-comment.md" 2>/dev/null
     done
