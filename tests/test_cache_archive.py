@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -35,13 +37,48 @@ def test_a_packed_cache_unpacks_byte_for_byte_elsewhere_and_links_stay_behind(tm
     into = tmp_path / "review" / "base-net"
     into.mkdir(parents=True)
     (into / "stale").write_text("left by an earlier review")
-    files = unpack(tmp_path / "store" / "c.cache.tar", sha, size, into, tmp_path / "scratch")
+    unpacked = unpack(tmp_path / "store" / "c.cache.tar", sha, size, into, tmp_path / "scratch")
 
     expected = {k: v for k, v in _tree(cache).items() if not k.startswith("inductor/outside")}
-    assert files == 2 and _tree(into) == expected
+    assert unpacked == (2, 0) and _tree(into) == expected
     assert (into / "triton").is_dir() and not (into / "inductor" / "outside").exists()
     assert os.access(into / "inductor" / "cp" / "kernel.so", os.X_OK)
     assert list((tmp_path / "scratch").iterdir()) == []  # the private copy is gone
+
+
+def test_triton_kernels_indexes_name_the_folder_they_were_unpacked_into(tmp_path: Path) -> None:
+    """Triton's FileCacheManager lists a kernel's files in ``__grp__<name>.json`` by absolute path;
+    the recording run's folder is gone when a review unpacks its cache, and a kernel whose listed
+    files are missing is built again."""
+    cache = tmp_path / "record" / "probes" / "cache" / "base-net"
+    kernel = cache / "triton" / "KEY3A"
+    kernel.mkdir(parents=True)
+    names = ("triton_poi_0.cubin", "triton_poi_0.json", "triton_poi_0.ttir")
+    for name in names:
+        (kernel / name).write_bytes(os.urandom(64))
+    index = {"child_paths": {n: str(kernel / n) for n in names}}
+    (kernel / "__grp__triton_poi_0.json").write_text(json.dumps(index))
+    odd = cache / "triton" / "KEY7B"
+    odd.mkdir()
+    (odd / "k.cubin").write_bytes(b"\0")
+    (odd / "__grp__k.json").write_text(
+        json.dumps({"child_paths": {"k.cubin": "/gone/k.cubin", "up": "/x/..", "etc": "../../etc/passwd"}})
+    )
+    (odd / "__grp__broken.json").write_text("{not json")
+    sha, size = pack(cache, tmp_path / "c.cache.tar")
+    shutil.rmtree(tmp_path / "record")  # as the recording review's folder goes
+
+    into = tmp_path / "review" / "probes" / "cache" / "base-net"
+    unpacked = unpack(tmp_path / "c.cache.tar", sha, size, into, tmp_path / "scratch")
+
+    assert unpacked == (7, 2)
+    moved = json.loads((into / "triton" / "KEY3A" / "__grp__triton_poi_0.json").read_text())["child_paths"]
+    assert moved == {n: str(into / "triton" / "KEY3A" / n) for n in names}
+    assert all(Path(p).is_file() for p in moved.values())  # what Triton's get_group checks: a hit
+    planted = json.loads((into / "triton" / "KEY7B" / "__grp__k.json").read_text())["child_paths"]
+    folder = into / "triton" / "KEY7B"
+    assert planted == {"k.cubin": str(folder / "k.cubin"), "etc": str(folder / "passwd")}  # never out of it
+    assert not (folder / "__grp__broken.json").exists()  # a miss to Triton, where unparsable stops it
 
 
 def test_an_archive_that_is_not_the_records_unpacks_nothing(tmp_path: Path) -> None:

@@ -9,9 +9,15 @@ head). With the cache unpacked where base's compile probe would have left it, th
 review runs as it would have.
 
 Inductor's cache is keyed by content and its entries are found again from another folder (an FX
-graph compiled under one TORCHINDUCTOR_CACHE_DIR hits from a copy under another, and Triton
-kernels travel bundled in the FX graph's entry); Triton's own index files name absolute paths, and
-an entry whose path is gone is a miss, never an error.
+graph compiled under one TORCHINDUCTOR_CACHE_DIR hits from a copy under another). Triton's is not:
+each kernel's index (``triton/<key>/__grp__<name>.json``) names its files by absolute path, the
+recording run's folder, gone by the time a review reuses the record; a kernel whose files are not
+at those paths is a miss, and Triton builds it again. Inductor's own copy of the kernels, bundled
+in the FX graph's entry, does not step in: it writes them out only where the kernel's folder is
+empty, and the unpacked one is not. So each index is pointed at the folder it was unpacked into,
+where its files are (``_relocate``), as Inductor does when it writes a bundled kernel out;
+without it every Triton kernel of base's cache was built again in head's compile and in each
+side's timing workers.
 
 The archive is data written by a trusted run, but it is read as hostile: its sha256 and size are
 the record's (checked on a private copy, which is then the one unpacked, so nothing can change it
@@ -22,17 +28,25 @@ unpacked, bounded in count and bytes.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
-from typing import BinaryIO, Final
+from typing import BinaryIO, Final, NamedTuple
 
 from perfcheck.core.records import MAX_CACHE_BYTES
 
 MAX_CACHE_FILES: Final = 200_000
 _BLOCK: Final = 1 << 20
+_TRITON_INDEX: Final = "__grp__"  # Triton's FileCacheManager names a kernel's index so
+_MAX_INDEX_BYTES: Final = 1 << 20  # an index lists a kernel's few files; more is not one
+
+
+class Unpacked(NamedTuple):
+    files: int
+    triton_kernels: int  # Triton kernel indexes pointed at the folder they were unpacked into
 
 
 class ArchiveError(ValueError):
@@ -59,10 +73,11 @@ def pack(folder: Path, dest: Path) -> tuple[str, int]:
     return _sha256(dest), size
 
 
-def unpack(archive: Path, sha256: str, size: int, into: Path, scratch: Path) -> int:
+def unpack(archive: Path, sha256: str, size: int, into: Path, scratch: Path) -> Unpacked:
     """The files of ``archive`` into ``into`` (made afresh), where the archive is ``size`` bytes
-    with this ``sha256``: copied first into ``scratch`` while hashed, and that copy unpacked. The
-    number of files unpacked; raises ArchiveError (``into`` then left empty) where anything is off."""
+    with this ``sha256``: copied first into ``scratch`` while hashed, and that copy unpacked, its
+    Triton kernels' indexes pointed at ``into``. How many files and kernels; raises ArchiveError
+    (``into`` then left empty) where anything is off."""
     scratch.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(dir=scratch, prefix=".cache-", suffix=".tar")
     copy = Path(name)
@@ -74,7 +89,8 @@ def unpack(archive: Path, sha256: str, size: int, into: Path, scratch: Path) -> 
         shutil.rmtree(into, ignore_errors=True)
         into.mkdir(parents=True)
         try:
-            return _extract(copy, into)
+            indexes = _extract(copy, into)
+            return Unpacked(indexes.files, sum(_relocate(into / name) for name in indexes.triton))
         except BaseException:
             shutil.rmtree(into, ignore_errors=True)
             into.mkdir(parents=True, exist_ok=True)
@@ -102,9 +118,15 @@ def _copy_hashed(archive: Path, out: BinaryIO, size: int) -> str:
     return digest.hexdigest()
 
 
-def _extract(archive: Path, into: Path) -> int:
+class _Extracted(NamedTuple):
+    files: int
+    triton: list[str]  # the names of Triton kernels' indexes among them
+
+
+def _extract(archive: Path, into: Path) -> _Extracted:
     files = 0
     total = 0
+    triton: list[str] = []
     try:
         with tarfile.open(archive, "r:") as tar:
             for member in tar:
@@ -126,13 +148,40 @@ def _extract(archive: Path, into: Path) -> int:
                 with source, open(dest, "xb") as out:
                     shutil.copyfileobj(source, out, _BLOCK)
                 os.chmod(dest, 0o644 | (0o111 if member.mode & 0o100 else 0))  # a kernel's .so runs
+                base = PurePosixPath(name).name
+                if base.startswith(_TRITON_INDEX) and base.endswith(".json"):
+                    triton.append(name)
     except (tarfile.TarError, EOFError) as err:
         raise ArchiveError(f"not a readable archive ({err})") from None
     except FileExistsError as err:
         raise ArchiveError(f"{err.filename}: named twice") from None
     except OSError as err:
         raise ArchiveError(f"cannot unpack it ({err.strerror}: {err.filename})") from None
-    return files
+    return _Extracted(files, triton)
+
+
+def _relocate(index: Path) -> int:
+    """A Triton kernel's index pointed at its own folder: each file it names by absolute path
+    (the recording run's) is named in the folder the index lies in, where Triton wrote it beside
+    the index. 1 where it was; 0 where the file is not an index Triton could use, which is removed:
+    Triton reads a missing index as a miss and builds the kernel, where one it cannot parse stops
+    the compile. A name that is not a plain file name is dropped, so an index never leads out of
+    its folder."""
+    try:
+        data = json.loads(index.read_bytes()) if index.stat().st_size <= _MAX_INDEX_BYTES else None
+    except (OSError, ValueError):
+        data = None
+    children = data.get("child_paths") if isinstance(data, dict) else None
+    if not isinstance(data, dict) or not isinstance(children, dict):
+        index.unlink(missing_ok=True)
+        return 0
+    moved = {
+        name: str(index.parent / PurePosixPath(path).name)
+        for name, path in children.items()
+        if isinstance(name, str) and isinstance(path, str) and PurePosixPath(path).name not in ("", ".", "..")
+    }
+    index.write_text(json.dumps({**data, "child_paths": moved}))
+    return 1
 
 
 def _member_name(name: str) -> str:

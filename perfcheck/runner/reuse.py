@@ -232,7 +232,7 @@ class BaseStore:
             return False, "no compile cache kept with it"
         assert self.run.reuse_base is not None  # a snapshot is read from it
         try:
-            files = cache_archive.unpack(
+            unpacked = cache_archive.unpack(
                 self.run.reuse_base / cache_file_name(name),
                 record.cache.sha256,
                 record.cache.size,
@@ -241,7 +241,10 @@ class BaseStore:
             )
         except cache_archive.ArchiveError as err:
             return False, f"its packed compile cache refused: {err}"
-        return True, f"its compile cache unpacked ({files} files, {record.cache.size / 1e6:.1f} MB)"
+        kernels = unpacked.triton_kernels
+        pointed = f", {kernels} Triton kernels pointed at it" if kernels else ""
+        mb = record.cache.size / 1e6
+        return True, f"its compile cache unpacked ({unpacked.files} files, {mb:.1f} MB{pointed})"
 
     def keep_cache(self, spec: ProbeSpec, cache: Path) -> None:
         """Base's compile cache of ``spec``'s workload, packed now, as its compile probe left it
