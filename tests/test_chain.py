@@ -463,18 +463,31 @@ def test_the_aa_workflows_keep_one_store_that_the_pull_request_workflows_only_re
             restore["key"].startswith(restore["restore-keys"])
             and doc["jobs"]["record"]["runs-on"] == "ubuntu-latest"
         )
-    # Base's records: saved by the CPU A/A run's probe job (the default branch's own code), restored
-    # read-only by the PR's probe job; no other workflow names them.
+    # Base's records: saved by each A/A run's probe job (the default branch's own code), restored
+    # read-only by the PR's probe job of the same runners; no other workflow names them.
     records = {
-        (workflow, job, s["uses"].split("@")[0])
+        (workflow, job, s["uses"].split("@")[0]): s["with"]
         for workflow in sorted(p.name for p in WORKFLOWS.glob("*.yml"))
         for job, s in _cache_steps(workflow)
         if s["with"]["path"] == "perfcheck-store"
     }
-    assert records == {
-        ("perfcheck-aa-cpu.yml", "probe", "actions/cache/save"),
-        ("perfcheck-cpu.yml", "probe", "actions/cache/restore"),
+    pairs = {
+        ("perfcheck-aa-cpu.yml", "perfcheck-cpu.yml"): "perfcheck-base-store-",
+        ("perfcheck-aa.yml", "perfcheck.yml"): "perfcheck-gpu-base-store-",
     }
+    assert set(records) == {
+        key
+        for (aa, pr) in pairs
+        for key in ((aa, "probe", "actions/cache/save"), (pr, "probe", "actions/cache/restore"))
+    }
+    for (aa, pr), prefix in pairs.items():
+        save, restore = (
+            records[(aa, "probe", "actions/cache/save")],
+            records[(pr, "probe", "actions/cache/restore")],
+        )
+        assert save["key"] == prefix + "${{ github.sha }}" and restore["restore-keys"] == prefix
+    # Neither runner class's PRs find the other's records by prefix (they would only be refused).
+    assert not any(a != b and b.startswith(a) for a in pairs.values() for b in pairs.values())
     # The PR workflows restore the same entry, on hosted runners, and never save it.
     for workflow, job in (
         ("perfcheck.yml", "plan"),
