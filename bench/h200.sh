@@ -7,8 +7,10 @@
 #                                                        $OUT/switch-TAG.json and one recorded device pass
 #   bench/h200.sh suite [JOBS]                        -> $OUT/suite/ (the default GPU suite, base + head)
 #   bench/h200.sh reuse [RUNS] [JOBS]                 -> $OUT/reuse-*.json, reuse-*.log (issue 41: the default GPU
-#                                                        suite's A/A recorded with --record-base, unless a store is
-#                                                        here already (bench-store/, carried); then up to RUNS A/A
+#                                                        suite's A/A recorded with --record-base (RECORD_PROBES, e.g.
+#                                                        compile,export,amp: only those probes), unless a store is
+#                                                        here already (/tmp/store of a warm machine, or bench-store/
+#                                                        carried, packed caches too); then up to RUNS A/A
 #                                                        reviews reusing it, whole processes, as many as fit CALL_S);
 #                                                        the store in $OUT/store/
 #   bench/h200.sh ttv CASES [JOBS]                    -> $OUT/ttv.json (bench/time_to_verdict.py: whole reviews,
