@@ -173,14 +173,20 @@ def _relocate(index: Path) -> int:
         data = None
     children = data.get("child_paths") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(children, dict):
-        index.unlink(missing_ok=True)
+        try:
+            index.unlink(missing_ok=True)
+        except OSError as err:
+            raise ArchiveError(f"cannot remove {index.name}, not an index ({err.strerror})") from None
         return 0
     moved = {
         name: str(index.parent / PurePosixPath(path).name)
         for name, path in children.items()
         if isinstance(name, str) and isinstance(path, str) and PurePosixPath(path).name not in ("", ".", "..")
     }
-    index.write_text(json.dumps({**data, "child_paths": moved}))
+    try:
+        index.write_text(json.dumps({**data, "child_paths": moved}))
+    except OSError as err:
+        raise ArchiveError(f"cannot point {index.name} at its folder ({err.strerror})") from None
     return 1
 
 
