@@ -96,14 +96,6 @@ def stopped_at_limit(counted: Mapping[Side, CompileLatency]) -> bool:
     return short and any(f.startswith("timeout") for m in counted.values() for f in m.failures)
 
 
-def noted(compiled: Mapping[str, CompileMetrics], note: str | None) -> dict[str, CompileLatency]:
-    """Each side's compile latency as measured, with ``note`` (why it is what it is)."""
-    return {
-        side: (m.latency or CompileLatency(measure="wall")).model_copy(update={"note": note})
-        for side, m in compiled.items()
-    }
-
-
 def with_sample_phases(result: ProbeResult, pending: Sequence[PendingLatency]) -> ProbeResult:
     """A timing result whose pairs made their samples after it was written, with the seconds each
     of its processes spent on its sample among its phases, as where they were made at once."""

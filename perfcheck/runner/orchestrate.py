@@ -45,7 +45,6 @@ from perfcheck.runner.sides import (
 from perfcheck.runner.timing import run_paired
 from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
-from perfcheck.spec import ProbeSpec
 from perfcheck.stopping import STOPS
 
 
@@ -245,7 +244,7 @@ class _Review:
     def _one(self, item: Item) -> ProbeResult:
         wl, probe, side = item
         label = f"{side.side} · {wl.name} · {probe}"
-        spec = self.store.spec(self._spec(wl, probe, side))
+        spec = self.store.spec(probe_spec(self.run_, wl, probe, side))
         reused = self.store.reused(spec)
         if reused is not None:  # a recorded run of this content and environment probed it
             self.budget.reused(label, "reused")
@@ -297,9 +296,6 @@ class _Review:
         task.finish(_outcome(result))
         self._keep([result])
         return result
-
-    def _spec(self, wl: WorkloadConfig, probe: str, side: SideSetup) -> ProbeSpec:
-        return probe_spec(self.run_, wl, probe, side)
 
     def _cut(self, item: Item, label: str, expected: float, why: str) -> ProbeResult:
         """A per-side probe that does not run: the review's budget cannot pay for it."""
