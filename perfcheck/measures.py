@@ -57,6 +57,10 @@ class NestingBlock(Strict):
     code: str | None = Field(default=None, description="that header, stripped")
 
 
+# Frames kept of a break's stack: a model's nesting is a few dozen deep at most.
+MAX_CALLERS = 64
+
+
 class GraphBreak(Strict):
     break_type: str = Field(
         description="Dynamo's graph-break type, e.g. 'Unsupported Tensor.item() call ...'"
@@ -79,6 +83,24 @@ class GraphBreak(Strict):
         default=None,
         description="Dynamo took it only while recompiling the code after the break at this line (that "
         "break's resume function), never on a first compile of that code",
+    )
+    callers: list[SourceLocation] = Field(
+        default=[],
+        max_length=MAX_CALLERS,
+        description="the frames of the reviewed tree that call into the break, outermost first (its "
+        "location not among them), from the fullest stack Dynamo gave of it",
+    )
+    changed_at: SourceLocation | None = Field(
+        default=None,
+        description="the innermost frame of the break's stack (callers and its own line) whose line "
+        "the pull request changed (differs in the other side's tree), where that is not the break's "
+        "own line; None where none of them changed, or the review did not compare the trees",
+    )
+    gave_up: list[SourceLocation] = Field(
+        default=[],
+        max_length=MAX_CALLERS,
+        description="the frames Dynamo gave up compiling because of this break (it runs them eagerly): "
+        "each by its function's first line",
     )
     nesting_depth: int | None = Field(
         default=None,

@@ -33,6 +33,7 @@ from perfcheck.core.reports import render_html
 from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
+from perfcheck.runner.changes import mark_changes
 from perfcheck.runner.forkserver import ForkServers
 from perfcheck.runner.orchestrate import grouped, run_review
 from perfcheck.runner.reuse import store_problem
@@ -293,7 +294,7 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
             workload_set=[w.name for w in chosen],
             base=SideInfo(tree=str(request.base), revision=git_revision(base)),
             head=SideInfo(tree=str(request.head), revision=revision),
-            workloads=workloads,
+            workloads=mark_changes(workloads, base, head),
             config_origin=request.config_origin,  # type: ignore[arg-type]
             program=request.program,
             rerun=request.rerun,

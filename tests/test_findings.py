@@ -298,7 +298,7 @@ def test_a_recompile_that_only_exists_because_of_a_new_break_is_shown_under_it(
     assert "(and 1 recompile that follows from it)" in gb.message
     assert "torch_dynamo_resume_in_forward_at_13 (model.py:13): k == 2" in gb.evidence["resume_recompiles"]
     comment = render_comment(result).replace("\\", "")
-    assert "Recompiles of the code after this break" in comment
+    assert "Recompiles of the code this break split" in comment
     assert sum(1 for f in result.findings if f.severity == "error") == 1
 
 

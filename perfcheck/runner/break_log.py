@@ -25,6 +25,8 @@ _AT = re.compile(
     r"^Graph break(?: \(user stack suppressed due to duplicate graph break\))? in user code at (.+):(\d+)$"
 )
 _FRAME = re.compile(r'^\s*File "(.+)", line (\d+), in (.+)$')
+# Dynamo's note when it gives up a frame after a break it cannot resume from.
+FELL_BACK = "Failed to handle graph break gracefully"
 _PREAMBLE = re.compile(r"^Encountered graph break when attempting to trace [^\n]*:\s*\n+", re.S)
 
 
@@ -37,6 +39,16 @@ class LoggedBreak:
     # whether it had compiled that code before; None where Dynamo's state does not say.
     compiling: tuple[str, str, int] | None = None
     recompiling: bool = False
+    # Dynamo's id of that compile (``frame/compile``: ``2/0`` is the first compile of the third
+    # frame it met); None where its state does not say.
+    compile_id: str | None = None
+
+    @property
+    def fell_back(self) -> bool:
+        """Dynamo's note that it gave up the frame it was compiling after a break it could not
+        handle ("Skipping the function and falling back to eager"): not a break of its own, but
+        what one break did to that frame."""
+        return self.reason.strip().startswith(FELL_BACK)
 
 
 def parse(message: str) -> LoggedBreak | None:
@@ -75,6 +87,7 @@ def _compiling() -> dict[str, Any]:
         return {
             "compiling": (code.co_name, code.co_filename, code.co_firstlineno),
             "recompiling": bool(compile_id is not None and compile_id.frame_compile_id),
+            "compile_id": str(compile_id) if compile_id is not None else None,
         }
     return {}
 

@@ -31,9 +31,9 @@ from perfcheck.core.probes.collective_groups import CollectiveCall
 from perfcheck.core.probes.ddp import Collective, DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
 from perfcheck.runner import comm_groups
 from perfcheck.runner import step as steps
+from perfcheck.runner.break_events import graph_breaks_of
 from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
 from perfcheck.runner.loader import call_build, load_build
-from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec

@@ -52,6 +52,7 @@ from perfcheck.core.probes.fsdp_models import (
 from perfcheck.measures import SourceLocation
 from perfcheck.runner import break_log, comm_groups
 from perfcheck.runner import step as steps
+from perfcheck.runner.break_events import graph_breaks_of
 from perfcheck.runner.comm_trace import comm_overlap_pct
 from perfcheck.runner.ddp_worker import gather_lines, rank_device
 from perfcheck.runner.fsdp_collectives import PROFILED_STEPS, collectives, profile_steps
@@ -63,7 +64,6 @@ from perfcheck.runner.fsdp_graphs import (
 from perfcheck.runner.loader import call_build, load_build
 from perfcheck.runner.locate import innermost_user_frame, relative_path, to_location
 from perfcheck.runner.peak_memory import peak_rss_mb
-from perfcheck.runner.probes.compile_probe import graph_breaks_of
 from perfcheck.runner.process_end import run_and_end
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec

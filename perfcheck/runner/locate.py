@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import CodeType
+from typing import Any
 
 from perfcheck.measures import SourceLocation
 
@@ -162,3 +163,31 @@ def exception_location(err: BaseException, tree: Path) -> SourceLocation | None:
     frames = traceback.extract_tb(err.__traceback__)
     frame = innermost_user_frame(frames, tree)
     return to_location(frame, tree) if frame is not None else None
+
+
+def code_location(code: Any, tree: Path) -> SourceLocation:
+    """Where a recompiled code object starts, as the user reads it: a resume function's first line
+    is the line of the original function where it resumes, and its name is the original's. Named by
+    the code object's own qualified name (``Used.forward``), so that two functions that read alike
+    are told apart."""
+    frame = traceback.FrameSummary(code.co_filename, code.co_firstlineno, code.co_name)
+    return to_location(frame, tree, qualname=code.co_qualname)
+
+
+@dataclass(frozen=True)
+class CodeRef:
+    """A code object known only by its name, file and first line (Dynamo's warning that a frame hit
+    a recompile limit names no more): its qualified name found by position."""
+
+    co_name: str
+    co_filename: str
+    co_firstlineno: int
+
+    @property
+    def co_qualname(self) -> str:
+        return qualified_name(self.co_filename, self.co_firstlineno, self.co_name) or self.co_name
+
+
+def named_code_location(code: tuple[str, str, int], tree: Path) -> SourceLocation:
+    """``code_location`` of a code object known by its name, file and first line."""
+    return code_location(CodeRef(*code), tree)

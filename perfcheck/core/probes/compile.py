@@ -31,6 +31,7 @@ from perfcheck.core.probes.kind import (
 from perfcheck.measures import (
     CompileMetrics,
     GraphBreak,
+    SourceLocation,
 )
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import SettingsView
@@ -96,10 +97,91 @@ def _compile_findings(
                                 else {}
                             ),
                             **_nesting_evidence(gb),
+                            **_stack_evidence(gb),
                         },
                     )
                 )
-    return with_recompiles(wl, base, head, _under_their_breaks(_gone_with_the_frame(out)))
+    changed = {
+        (category, at(gb.location)): gb.changed_at
+        for category, _, breaks, delta, _, _ in changes
+        for gb in breaks
+        if gb.location is not None
+        and gb.changed_at is not None
+        and delta[_break_key(gb)]
+        and _break_key(gb) not in accepted
+    }
+    found = with_recompiles(wl, base, head, _under_their_breaks(_gone_with_the_frame(out)))
+    return _one_per_change(found, changed)
+
+
+_SPLITS = ("Dynamo splits the graph here: ", "Dynamo no longer splits the graph here: ")
+
+
+def _one_per_change(findings: list[Finding], changed: dict[tuple[str, str], SourceLocation]) -> list[Finding]:
+    """The breaks a change reached through one line of its own (a call it added, into code it did
+    not touch) as one finding at that line, its breaks beneath: one change, one cause, where the
+    PR's reviewer reads it. ``changed``: each such break's line (by category and place) to the
+    changed line its stack passes through (``GraphBreak.changed_at``, marked in the probe job)."""
+    groups: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        line = changed.get((f.category, at(f.location))) if f.location is not None else None
+        if line is not None:
+            groups.setdefault((f.category, at(line)), []).append(f)
+    if not groups:
+        return findings
+    lines = {
+        key: changed[(f.category, at(f.location))] for key, fs in groups.items() for f in fs[:1] if f.location
+    }
+    firsts = {id(fs[0]): key for key, fs in groups.items()}
+    members = {id(f) for fs in groups.values() for f in fs}
+    out = []
+    for f in findings:
+        if id(f) in firsts:
+            key = firsts[id(f)]
+            out.append(_at_the_change(groups[key], lines[key]))
+        elif id(f) not in members:
+            out.append(f)
+    return out
+
+
+def _at_the_change(breaks: list[Finding], line: SourceLocation) -> Finding:
+    """One finding at changed ``line`` for the ``breaks`` (one category's) its stack reaches."""
+    first = breaks[0]
+    added = first.category == "graph_break_added"
+    verb = "splits" if added else "no longer splits"
+    said = [
+        f"{b.message.removeprefix(_SPLITS[0]).removeprefix(_SPLITS[1])} at {at(b.location)}"
+        for b in breaks
+        if b.location is not None
+    ]
+    places = "; ".join(said) if len(said) > 1 else said[0]
+    where = f"at {len(breaks)} places " if len(breaks) > 1 else ""
+    line_kind = "this changed line" if added else "a line the change removed"
+    message = f"Dynamo {verb} the graph {where}in the code {line_kind} calls: {places}"
+    evidence: dict[str, object] = {
+        **first.evidence,
+        "count": sum(int(b.evidence.get("count", 1)) for b in breaks),
+    }
+    evidence["breaks"] = "\n".join(
+        f"{at(b.location)}  {b.location.function or '?'}: {b.location.code or ''}"
+        f" — {b.evidence.get('break_type', '')}"
+        for b in breaks
+        if b.location is not None
+    )
+    evidence.pop("stack", None)  # each break's own way there: the breaks' list says it for all
+    for key in ("resume_recompiles", "limit_hits", "fallout_breaks", "no_longer_compiled"):
+        texts = [str(b.evidence[key]) for b in breaks if b.evidence.get(key)]
+        if texts:
+            evidence[key] = "\n".join(dict.fromkeys(texts))
+    if any(b.evidence.get("fell_back") for b in breaks):
+        evidence["fell_back"] = True
+    gave_up = [
+        g for b in breaks if isinstance(b.evidence.get("gave_up"), list) for g in b.evidence["gave_up"]
+    ]
+    if gave_up:
+        evidence["gave_up"] = list(dict.fromkeys(gave_up))
+    evidence["break_at"] = [at(b.location) for b in breaks if b.location is not None]
+    return first.model_copy(update={"location": line, "message": message, "evidence": evidence})
 
 
 def _accepted_keys(
@@ -142,6 +224,22 @@ def _nesting_evidence(gb: GraphBreak) -> dict[str, object]:
             f"{path}:{b.line}  {'  ' * i}{b.code or b.kind}" for i, b in enumerate(gb.nesting)
         ),
     }
+
+
+def _stack_evidence(gb: GraphBreak) -> dict[str, object]:
+    """How the tree reaches the break, outermost first: the frames that call into it, its own line,
+    and the package's line it happened in; the frames Dynamo gave up compiling for it. Nothing
+    where Dynamo gave no caller of it (a break in the compiled function's own body)."""
+    out: dict[str, object] = {}
+    if gb.callers and gb.location is not None:
+        frames = [*gb.callers, gb.location, *([gb.origin] if gb.origin else [])]
+        out["stack"] = "\n".join(
+            f"{loc.path}:{loc.line}  {loc.function or '?'}" + (f": {loc.code}" if loc.code else "")
+            for loc in frames
+        )
+    if gb.gave_up:
+        out["gave_up"] = [f"{loc.path}::{loc.function or '?'}" for loc in gb.gave_up]
+    return out
 
 
 def _fallout_keys(
@@ -200,14 +298,15 @@ def _under_their_breaks(findings: list[Finding]) -> list[Finding]:
 def _gone_with_the_frame(findings: list[Finding]) -> list[Finding]:
     """A base break that is gone because a new break made Dynamo give up on its frame (it runs
     eagerly now, so nothing there is compiled to break): not a removed break, but part of the
-    new one, said under it. Matched by file: Dynamo's note does not name the frame it gave up."""
+    new one, said under it. Matched by the frames Dynamo gave up (the function base's break is in),
+    or by file where the result does not name them (one from before perfcheck read them)."""
     fell = [f for f in findings if f.category == "graph_break_added" and f.evidence.get("fell_back")]
     if not fell:
         return findings
     out: list[Finding] = []
     gone: dict[int, list[Finding]] = {}
     for f in findings:
-        cause = next((c for c in fell if f.category == "graph_break_removed" and _same_file(c, f)), None)
+        cause = next((c for c in fell if f.category == "graph_break_removed" and _in_given_up(c, f)), None)
         if cause is None:
             out.append(f)
         else:
@@ -226,13 +325,25 @@ def _gone_with_the_frame(findings: list[Finding]) -> list[Finding]:
     return out
 
 
+def _in_given_up(cause: Finding, removed: Finding) -> bool:
+    """Whether base's break ``removed`` is in a frame the new break ``cause`` made Dynamo give up."""
+    frames = cause.evidence.get("gave_up")
+    if not isinstance(frames, list):
+        return _same_file(cause, removed)
+    loc = removed.location
+    return loc is not None and f"{loc.path}::{loc.function or '?'}" in frames
+
+
 def _same_file(a: Finding, b: Finding) -> bool:
     return a.location is not None and b.location is not None and a.location.path == b.location.path
 
 
 def _origin_words(gb: GraphBreak) -> str:
     words = f" (in {gb.origin.path}:{gb.origin.line}, reached from here)" if gb.origin else ""
-    if gb.fell_back:
+    if gb.gave_up:
+        frames = ", ".join(f"`{loc.function or '?'}`" for loc in gb.gave_up)
+        words += f"; Dynamo could not resume after it and gave up compiling {frames}, which runs eagerly"
+    elif gb.fell_back:
         words += "; Dynamo could not resume after it and runs the frame it was compiling eagerly"
     return words
 

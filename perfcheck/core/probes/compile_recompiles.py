@@ -85,19 +85,58 @@ def _frame_key(r: Recompile) -> str | None:
     return f"{r.function} {r.location.path}:{r.location.line}" if r.location else None
 
 
-def _fallout_of(r: Recompile, added: list[Finding], base: CompileMetrics) -> Finding | None:
-    """The new break a recompile follows from: it recompiles a resume function after the break
-    (``_cause``), or a frame that only exists because of a break, one base compiled inside a
-    bigger graph and head compiles on its own (an installed package's function, a block's
-    forward). Base's frames are known from results that record them."""
-    cause = _cause(r, added, base)
-    if cause is not None or not added or not base.frames:
+def _named(path: str, function: str) -> str:
+    return f"{path}::{function}"
+
+
+def split_by(head: CompileMetrics, added: list[Finding]) -> dict[str, Finding]:
+    """The functions each new break split, by file and qualified name: its own, the frames of the
+    tree that call into it (Dynamo breaks each of them at the call and compiles what they call as
+    frames of their own) and the frames it made Dynamo give up (run eagerly: whatever they call is
+    compiled on its own). The first new break that names a function has it."""
+    at_added = {at(f.location): f for f in added if f.location is not None}
+    out: dict[str, Finding] = {}
+    for gb in head.graph_breaks:
+        cause = at_added.get(at(gb.location)) if gb.location is not None else None
+        if cause is None:
+            continue
+        for loc in [*gb.callers, gb.location, *gb.gave_up]:
+            if loc is not None and loc.function:
+                out.setdefault(_named(loc.path, loc.function), cause)
+    return out
+
+
+def _fallout_of(
+    function: str,
+    location: SourceLocation | None,
+    added: list[Finding],
+    base: CompileMetrics,
+    split: dict[str, Finding],
+) -> Finding | None:
+    """The new break a frame's recompile (or recompile-limit hit) follows from: the frame is the
+    code after the break (a resume function, ``_cause``), a function the break split (on its
+    stack, or given up for it: ``split_by``), or a frame that only exists because of a break, one
+    base compiled inside a bigger graph and head compiles on its own (an installed package's
+    function, a block's forward). Base's frames are known from results that record them."""
+    probe = Recompile(function=function, reason="", location=location)
+    cause = _cause(probe, added, base)
+    if cause is not None or not added:
         return cause
-    key = _frame_key(r)
-    if key is None or key in base.frames:
+    if location is not None and location.function:
+        cause = split.get(_named(location.path, location.function))
+        if cause is not None and not _compiled_in_base(function, location, base):
+            return cause
+    if not base.frames:
         return None
-    path = r.location.path if r.location else None
+    if _compiled_in_base(function, location, base):
+        return None
+    path = location.path if location else None
     return next((f for f in added if f.location and f.location.path == path), added[0])
+
+
+def _compiled_in_base(function: str, location: SourceLocation | None, base: CompileMetrics) -> bool:
+    """Whether base compiled this frame as a frame of its own too."""
+    return location is not None and f"{function} {location.path}:{location.line}" in base.frames
 
 
 def with_recompiles(
@@ -109,39 +148,34 @@ def with_recompiles(
     naming every frame it recompiles."""
     known = {_recompile_key(r) for r in base.recompiles}
     added = [f for f in breaks if f.category == "graph_break_added"]
+    split = split_by(head, added)
     folded: dict[int, list[Recompile]] = {}
     by_guard: dict[str, list[Recompile]] = {}
     for r in head.recompiles:
         if _recompile_key(r) in known:
             continue
-        cause = _fallout_of(r, added, base)
+        cause = _fallout_of(r.function, r.location, added, base, split)
         if cause is not None:
             folded.setdefault(id(cause), []).append(r)
         else:
             by_guard.setdefault(normalize_guard(guard_expression(r.reason)), []).append(r)
-    out = []
-    for f in breaks:
-        side_effects = folded.get(id(f), [])
-        if side_effects:
-            n = len(side_effects)
-            f = f.model_copy(
-                update={
-                    "message": f"{f.message} (and {n} "
-                    f"{'recompiles that follow' if n > 1 else 'recompile that follows'} from it)",
-                    "evidence": {
-                        **f.evidence,
-                        "resume_recompiles": "\n".join(
-                            f"{_place(r)}: {guard_expression(r.reason)}" for r in side_effects
-                        ),
-                    },
-                }
-            )
-        out.append(f)
     hits = [
         h for h in head.recompile_limit_hits if not any(_same_hit(h, b) for b in base.recompile_limit_hits)
     ]
-    limited = []
+    # A frame that hits a recompile limit only because a break split it (the code after the
+    # break, a function compiled on its own since the frame around it broke or was given up) is
+    # that break's: shown under it, never a cause or a count of its own.
+    limits_folded: dict[int, list[RecompileLimitHit]] = {}
+    own_hits = []
     for hit in hits:
+        cause = _fallout_of(hit.function, hit.location, added, base, split)
+        if cause is not None:
+            limits_folded.setdefault(id(cause), []).append(hit)
+        else:
+            own_hits.append(hit)
+    out = [_with_fallout(f, folded.get(id(f), []), limits_folded.get(id(f), [])) for f in breaks]
+    limited = []
+    for hit in own_hits:
         guard = normalize_guard(guard_expression(hit.reason))
         group = by_guard.pop(guard, [])
         led = [r for r in group if resume_base(r.function) == resume_base(hit.function)]
@@ -149,6 +183,43 @@ def with_recompiles(
             by_guard[guard] = [r for r in group if r not in led]
         limited.append(_limit_finding(wl, base, head, hit, led))
     return out + limited + [_recompile_finding(wl, base, head, group) for group in by_guard.values()]
+
+
+def _with_fallout(f: Finding, recompiles: list[Recompile], hits: list[RecompileLimitHit]) -> Finding:
+    """Break finding ``f`` with the recompiles and recompile-limit hits that follow from it said
+    under it."""
+    if not recompiles and not hits:
+        return f
+    said = []
+    if recompiles:
+        n = len(recompiles)
+        said.append(f"{n} {'recompiles' if n > 1 else 'recompile'}")
+    if hits:
+        n = len(hits)
+        said.append(f"{n} recompile-limit {'hits' if n > 1 else 'hit'}")
+    follow = "follow" if len(recompiles) + len(hits) > 1 else "follows"
+    evidence: dict[str, object] = {}
+    if recompiles:
+        evidence["resume_recompiles"] = "\n".join(
+            f"{_place(r)}: {guard_expression(r.reason)}" for r in recompiles
+        )
+    if hits:
+        evidence["limit_hits"] = "\n".join(
+            f"{_hit_place(h)}: torch._dynamo.config.{h.limit} ({h.value}) hit, `{guard_expression(h.reason)}`"
+            " kept failing"
+            for h in hits
+        )
+    return f.model_copy(
+        update={
+            "message": f"{f.message} (and {' and '.join(said)} that {follow} from it)",
+            "evidence": {**f.evidence, **evidence},
+        }
+    )
+
+
+def _hit_place(h: RecompileLimitHit) -> str:
+    loc = h.location
+    return f"{h.function} ({loc.path}:{loc.line})" if loc else h.function
 
 
 def _same_hit(a: RecompileLimitHit, b: RecompileLimitHit) -> bool:
