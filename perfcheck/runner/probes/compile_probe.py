@@ -74,7 +74,9 @@ def _key(r: Recompile) -> _Key:
     return (loc.path, loc.line, loc.function or r.function, r.reason)
 
 
-def _recompile_reasons(tree: Path) -> list[Recompile]:
+def _recompile_reasons(tree: Path, model: Any = None) -> list[Recompile]:
+    """Each recompile of a code object for a failed guard, once, placed where its guarded value
+    is made (in the running ``model``'s objects where it is given: perfcheck/runner/guarded.py)."""
     out: list[Recompile] = []
     seen: set[_Key] = set()
     for code, reasons in guard_failures.items():
@@ -84,7 +86,7 @@ def _recompile_reasons(tree: Path) -> list[Recompile]:
             if key not in seen:
                 seen.add(key)
                 location = code_location(code, tree)
-                origin = guarded_made_at(text, code, tree)
+                origin = guarded_made_at(text, code, tree, model)
                 out.append(Recompile(function=code.co_name, reason=text, location=location, made_at=origin))
     return out
 
@@ -105,7 +107,7 @@ def _cache_entries(tree: Path) -> dict[str, int]:
 
 
 def _limit_hits(
-    heard: list[limit_log.LimitHit], tree: Path, into: list[RecompileLimitHit]
+    heard: list[limit_log.LimitHit], tree: Path, into: list[RecompileLimitHit], model: Any = None
 ) -> list[RecompileLimitHit]:
     """``into`` with the recompile limits Dynamo was heard hitting, once per frame and limit (the
     probe's first pass, which compiles with the configured backend, first)."""
@@ -120,7 +122,7 @@ def _limit_hits(
             value=hit.value,
             compiles=hit.compiles,
             reason=_guard_text(hit.reason),
-            made_at=guarded_made_at(_guard_text(hit.reason), CodeRef(*hit.code), tree),
+            made_at=guarded_made_at(_guard_text(hit.reason), CodeRef(*hit.code), tree, model),
         )
         key = (record.function, _at(record.location), record.limit)
         if key not in seen:
@@ -257,12 +259,12 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
     # other batch's recompiles are counted in recompile_count), and the frames whose recompiles
     # reached a limit: Dynamo compiles them no more, and runs them eagerly.
     entries = _cache_entries(tree)
-    hits = _limit_hits(heard + heard_later, tree, [])
+    hits = _limit_hits(heard + heard_later, tree, [], model)
     recompiles = [
         r.model_copy(update={"every_step": True})
         if _key(r) not in during_first and again.get(_key(r), 0) > once.get(_key(r), 0)
         else r
-        for r in _recompile_reasons(tree)
+        for r in _recompile_reasons(tree, model)
     ]
     recompile_count = compiled_frames() - first_frames
     del compiled, step, model, built
@@ -279,9 +281,9 @@ def run(spec: ProbeSpec, build: Callable[[], Workload], settings: None) -> Probe
         before_second = compiled_frames()
         second_batch = _second_batch(traced_step, other)
         steps.synchronize(spec.device)
-    hits = _limit_hits(heard_second, tree, hits)
+    hits = _limit_hits(heard_second, tree, hits, other.model)
     seen = {_key(r) for r in recompiles}
-    recompiles += [r for r in _recompile_reasons(tree) if _key(r) not in seen]
+    recompiles += [r for r in _recompile_reasons(tree, other.model) if _key(r) not in seen]
     recompile_count += compiled_frames() - before_second
     frames = compiled_frame_names(tree)
     del traced, traced_step, other
