@@ -11,6 +11,7 @@ the probes: a head that deletes its workload's function is a finding, not a setu
 from __future__ import annotations
 
 import ast
+import importlib.machinery
 import importlib.util
 import json
 import subprocess
@@ -77,7 +78,9 @@ def _defines(source: str, name: str) -> bool | None:
     return None if unknown else False
 
 
-def _file_entry(wl: WorkloadConfig, where: str, target: str, func: str, trees: dict[str, Path]) -> None:
+def _file_entry(
+    wl: WorkloadConfig, where: str, target: str, func: str, trees: dict[str, Path], same_interpreter: bool
+) -> None:
     found: dict[str, Path] = {}
     for side, tree in trees.items():
         path = (tree / target).resolve()  # outside the tree (absolute, or ../): imported against each side
@@ -95,6 +98,66 @@ def _file_entry(wl: WorkloadConfig, where: str, target: str, func: str, trees: d
     if answers and all(a is False for a in answers.values()):
         sides = " and ".join(answers)
         raise SetupError(f"{where}: entry {wl.entry!r}: {target} defines no {func!r} (on {sides})")
+    if same_interpreter:
+        _imports_found(wl, where, target, found, trees)
+
+
+def _unguarded_imports(source: str) -> list[tuple[str, int]]:
+    """The top-level modules a file imports at its top level outside any ``try`` (an import a
+    ``try`` guards is optional), with their lines; none where the file changes ``sys.path`` (what
+    it imports may come from where it points) or does not parse."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    if "sys.path" in source:
+        return []
+    out: list[tuple[str, int]] = []
+
+    def walk(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import):
+                out.extend((a.name.split(".")[0], node.lineno) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                out.append((node.module.split(".")[0], node.lineno))
+            elif isinstance(node, ast.If | ast.With):
+                walk(node.body)
+                walk(getattr(node, "orelse", []) or [])
+
+    walk(tree.body)
+    return [(name, line) for name, line in out if name != "__future__"]
+
+
+def _installed(name: str, roots: list[Path]) -> bool:
+    """Whether top-level module ``name`` is found in ``roots`` or by this interpreter (the finders
+    only: finding a top-level module runs none of its code)."""
+    if name in sys.builtin_module_names or name in sys.modules:
+        return True
+    if importlib.machinery.PathFinder.find_spec(name, [str(r) for r in roots]) is not None:
+        return True
+    return importlib.util.find_spec(name) is not None
+
+
+def _imports_found(
+    wl: WorkloadConfig, where: str, target: str, found: dict[str, Path], trees: dict[str, Path]
+) -> None:
+    """A module the entry file imports at its top level that neither side can find, told before
+    any probe: nothing of the workload could be measured (a missing dependency, or a misspelt
+    one). On one side only, the probes run and say so (perfcheck/core/setup_faults.py)."""
+    missing: dict[str, list[tuple[str, int]]] = {}
+    for side, path in found.items():
+        roots = [*import_roots(trees[side]), path.parent]
+        imports = _unguarded_imports(path.read_text(encoding="utf-8", errors="replace"))
+        missing[side] = [(name, line) for name, line in imports if not _installed(name, roots)]
+    if len(found) < len(trees) or not all(missing.values()):
+        return
+    names = {name for name, _ in missing["base"]} & {name for name, _ in missing["head"]}
+    if names:
+        name, line = next((n, ln) for n, ln in missing["head"] if n in names)
+        raise SetupError(
+            f"{where}: entry {wl.entry!r}: {target}:{line} imports {name!r}, which is not installed for "
+            f"{sys.executable} (on base and head alike): install it where the probes run"
+        )
 
 
 def _module_entry(wl: WorkloadConfig, where: str, target: str, trees: dict[str, Path]) -> None:
@@ -109,8 +172,12 @@ def _module_entry(wl: WorkloadConfig, where: str, target: str, trees: dict[str, 
         )
 
 
-def check_workloads(workloads: Iterable[WorkloadConfig], source: str, base: Path, head: Path) -> None:
-    """Each workload's entry names a built-in, or a file and function one of the trees has."""
+def check_workloads(
+    workloads: Iterable[WorkloadConfig], source: str, base: Path, head: Path, same_interpreter: bool = True
+) -> None:
+    """Each workload's entry names a built-in, or a file and function one of the trees has; and,
+    where the probes run under this interpreter (``same_interpreter``), no module the entry file
+    imports at its top level is missing on both sides."""
     trees = {"base": base, "head": head}
     for wl in workloads:
         where = f"{source}: workload {wl.name!r}"
@@ -123,7 +190,7 @@ def check_workloads(workloads: Iterable[WorkloadConfig], source: str, base: Path
                 "path/to/file.py:function or package.module:function"
             )
         if target.endswith(".py") or "/" in target:
-            _file_entry(wl, where, target, func, trees)
+            _file_entry(wl, where, target, func, trees, same_interpreter)
         else:
             _module_entry(wl, where, target, trees)
 

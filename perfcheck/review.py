@@ -30,6 +30,7 @@ from perfcheck.core.compare import compare, verdict_of
 from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
+from perfcheck.core.setup_faults import both_sides_missing
 from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
 from perfcheck.runner.callgrind import valgrind
@@ -258,7 +259,8 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
     head_python = check_python(request.head_python, "--head-python")
     mine = shard_of(chosen, request.shard)
     try:
-        preflight.check_workloads(mine, request.config.source, base, head)
+        same_interpreter = base_python == head_python == sys.executable
+        preflight.check_workloads(mine, request.config.source, base, head, same_interpreter)
         preflight.check_compile_measure(
             request.config.compile.measure, request.config.source, request.device, valgrind() is not None
         )
@@ -345,12 +347,16 @@ def config_of_runs(runs: list[tuple[str, ProbeRun]]) -> Config | None:
 
 
 def broken_workloads(review: Review) -> list[str]:
-    """Workloads whose own import or build() fails on both sides in every probe: the setup is wrong
-    (bad input), not the PR. On one side only it is that side's finding."""
+    """Workloads whose own import or build() fails on both sides in every probe, or that miss a
+    module on both sides: the setup is wrong (bad input), not the PR. On one side only it is that
+    side's finding."""
     out = []
     for wl in review.workloads:
         sides = [wl.base, wl.head]
-        if all(results and all(r.workload_failed for r in results) for results in sides):
+        missing = both_sides_missing(wl)
+        if missing is not None:
+            out.append(missing)
+        elif all(results and all(r.workload_failed for r in results) for results in sides):
             first = ((wl.head[0].message or "").strip().splitlines() or ["it fails"])[0]
             out.append(f"workload {wl.name!r} fails on base and head before any probe measured it: {first}")
     return out

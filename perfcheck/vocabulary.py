@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # only named in annotations: this module loads no pydantic of
 SHARED_CATEGORIES = (
     "probe_crashed",
     "probe_timeout",
+    "module_missing",
     "rank_graph_mismatch",
     "collective_drift",
     "collective_group_changed",

@@ -168,11 +168,11 @@ def test_a_workload_that_fails_to_import_is_a_clear_finding(review: ReviewFn, tm
         "import torch\nimport not_a_real_module  # noqa\n" + (head / "model.py").read_text()
     )
     result = review(base, head, probes=("export",))
-    [crashed] = only(result, "probe_crashed")
-    detail = crashed.evidence["detail"]
-    assert "ModuleNotFoundError" in detail and "not_a_real_module" in detail
-    assert "model.py:2" in detail
-    assert "Traceback" not in detail
+    # A missing module is a setup fault, told as one (perfcheck/core/setup_faults.py), not a crash.
+    [missing] = only(result, "module_missing")
+    assert missing.severity == "error" and missing.evidence["module"] == "not_a_real_module"
+    assert missing.location is not None and (missing.location.path, missing.location.line) == ("model.py", 2)
+    assert "Traceback" not in missing.message
 
 
 def test_a_workload_that_raises_names_the_error_and_line(review: ReviewFn, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from perfcheck.core import probes
 from perfcheck.core.explain import explain
 from perfcheck.core.matrix import known
 from perfcheck.core.probes.kind import ProbeKind
+from perfcheck.core.setup_faults import setup_fault
 from perfcheck.measures import CompileLatencyChange, Severity, TimingChange, Verdict
 from perfcheck.schema import Finding, ProbeResult, WorkloadReview
 
@@ -116,7 +117,13 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
     inconclusive: list[str] = []
     changes: dict[str, TimingChange] = {}
     latency: dict[str, CompileLatencyChange] = {}
+    # A module the workload imports that is not installed: one finding for the probes it stopped.
+    fault = setup_fault(wl)
+    findings += fault.findings
+    inconclusive += fault.inconclusive
     for name in sorted(set(base) | set(head)):
+        if name in fault.stopped:
+            continue
         b, h = base.get(name), head.get(name)
         said = len(findings), len(inconclusive)
         findings += _status_findings(wl.name, name, b, h, inconclusive)

@@ -122,7 +122,7 @@ def entries_beside(descriptor: str) -> dict[str, Any]:
 
 
 # Findings perfcheck/core/compare.py raises for whichever probe's process crashed or hung.
-EVERY_PROBE = ("probe_crashed", "probe_timeout")
+EVERY_PROBE = ("probe_crashed", "probe_timeout", "module_missing")
 # Raised (``failed_variants``) by the probes that run their workload several ways in one process.
 VARIANT_FAILED = "variant_failed"
 
