@@ -380,7 +380,9 @@ class BreakMatcher(Section):
         "reads one (`utils/logging.py`, `utils/`, `**/log_*.py`)"
     )
     function: str | None = Field(
-        default=None, description="the function the break is in: its name, or an fnmatch glob (`log_*`)"
+        default=None,
+        description="the function the break is in: its plain or qualified name (`forward`, "
+        "`Classifier.forward`), or an fnmatch glob of either (`log_*`)",
     )
     line: int | None = Field(default=None, ge=1, description="the break's line in the head's file")
 
@@ -440,6 +442,11 @@ class AckEntry(Section):
         description="accept only the new graph breaks this names, by reason and place (an accepted break)",
     )
     reason: str = Field(min_length=1)
+    with_effects: bool = Field(
+        default=False,
+        description="beside a `break`: accept what the review reads as that break's effects too "
+        "(a slower step, a slower compile it explains), not only the break",
+    )
 
     @model_validator(mode="after")
     def _what(self) -> AckEntry:
@@ -448,6 +455,8 @@ class AckEntry(Section):
                 "a `category` (findings of it are accepted) or a `break` (the new graph breaks it "
                 "names are accepted)"
             )
+        if self.with_effects and self.break_ is None:
+            raise ValueError("`with_effects` accepts a break's effects: it needs a `break` beside it")
         return self
 
 

@@ -19,7 +19,7 @@ from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile_accepted import accepts, covered_category, graph_break_id
 from perfcheck.core.render import render_comment
 from perfcheck.measures import CompileMetrics, GraphBreak, SourceLocation
-from perfcheck.schema import ProbeResult, Review, SideInfo, WorkloadReview, load_review
+from perfcheck.schema import Finding, ProbeResult, Review, SideInfo, WorkloadReview, load_review
 from perfcheck.settings import BreakMatcher
 
 # A model whose forward calls a logging helper of the tree; the PR makes the helper print, and
@@ -332,3 +332,72 @@ def test_every_report_names_the_accepting_entry_and_the_stale_ones() -> None:
     html = render_html(review)
     assert "Accepted by the config's <code>acks[0]</code>" in html
     assert "<li><code>acks[1]</code>: GB0124 in other.py (a break long gone)</li>" in html
+
+
+# The `.item()` of ITEM in a method, as the probe names a frame: its qualified name.
+QUALIFIED = ITEM.model_copy(
+    update={
+        "location": SourceLocation(path="model.py", line=9, function="Classifier.forward", code="h.item()")
+    }
+)
+SLOWER = Finding(
+    category="throughput_regression",
+    severity="error",
+    workload="net",
+    probe="timing",
+    message="step time 0.359 → 0.479 ms, +33.4 %",
+    evidence={"ratio": 1.334},
+)
+
+
+def _with_effect(config: Config) -> Review:
+    """ITEM (qualified) new on head, and the slower step a review reads as its effect."""
+    reviewed = _reviewed(parse_config("{}\n", "p.yml"), [], [QUALIFIED])
+    findings = [*reviewed.findings, SLOWER]
+    review = reviewed.model_copy(
+        update={"findings": findings, "causes": by_cause(findings), "verdict": "fail"}
+    )
+    return acks.apply(review, acks.from_config(config.acks))
+
+
+def test_a_function_is_named_by_its_plain_or_its_qualified_name() -> None:
+    place = QUALIFIED.location
+    for name, accepted in (
+        ("forward", True),
+        ("Classifier.forward", True),
+        ("Other.forward", False),
+        ("for*", True),
+    ):
+        matcher = BreakMatcher(message="item()", file="model.py", function=name)
+        assert accepts(matcher, ITEM.break_type, ITEM.reason, place) is accepted, name
+
+
+def test_a_cause_accepted_alone_headlines_the_effects_that_still_fail() -> None:
+    """The break is accepted; the slower step it explains is not: the headline says what fails
+    (the step) and from what (the accepted break), not "1 cause: new graph break"."""
+    config = parse_config(
+        "acks:\n  - {break: {message: Tensor.item(), file: model.py, function: forward}, reason: logged}\n",
+        "p.yml",
+    )
+    review = _with_effect(config)
+    brk = next(f for f in review.findings if f.category == "graph_break_added")
+    assert brk.ack is not None and review.verdict == "fail"
+    from perfcheck.core.render import headline
+
+    line = headline(review)
+    assert line.startswith("step +33.4 % · from the accepted new graph break at model.py:9"), line
+    # With its effects, as the team says: everything accepted, a pass.
+    config = parse_config(
+        "acks:\n  - break: {message: Tensor.item(), file: model.py, function: forward}\n"
+        "    with_effects: true\n    reason: logged, and worth its cost\n",
+        "p.yml",
+    )
+    review = _with_effect(config)
+    assert all(f.ack is not None for f in review.findings) and review.verdict == "pass"
+    slower = next(f for f in review.findings if f.category == "throughput_regression")
+    assert slower.ack is not None and "an effect of the accepted break" in slower.ack.reason
+
+
+def test_with_effects_needs_a_break() -> None:
+    with pytest.raises(ConfigError, match="with_effects"):
+        parse_config("acks:\n  - {category: recompile, with_effects: true, reason: r}\n", "p.yml")

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from perfcheck.bot.command import CommandError, has_permission, parse_command
 from perfcheck.bot.timestamps import instant
+from perfcheck.core.causes import by_cause
 from perfcheck.core.compare import verdict_of
 from perfcheck.core.probes import compile_accepted
 from perfcheck.schema import Acknowledgement, ExpiredAck, Finding, Review
@@ -114,6 +115,25 @@ def _covers(ack: Ack, f: Finding) -> bool:
     )
 
 
+def _with_effects(findings: list[Finding], acks: list[Ack]) -> list[Finding]:
+    """``findings`` with the effects grouped under a break that one of ``acks`` (`with_effects:
+    true`) accepted acknowledged too, saying so: the team accepted the break with what it costs."""
+    if not acks:
+        return findings
+    out = list(findings)
+    for group in by_cause(findings):
+        leads = [findings[i] for i in group.leads]
+        ack = next((a for a in acks if any(_covers(a, f) for f in leads)), None)
+        if ack is None or any(f.ack is None for f in leads):
+            continue
+        for i in group.effects:
+            if out[i].ack is None:
+                note = ack.note()
+                reason = f"{note.reason} (an effect of the accepted break, accepted with it)"
+                out[i] = out[i].model_copy(update={"ack": note.model_copy(update={"reason": reason})})
+    return out
+
+
 def apply(review: Review, acks: list[Ack]) -> Review:
     """The review with matching findings acknowledged (the latest ack in force wins) and the verdict
     redone; expired acks that would have covered a finding are listed apart, and config acks with
@@ -125,6 +145,7 @@ def apply(review: Review, acks: list[Ack]) -> Review:
     for f in review.findings:
         match = next((a for a in reversed(in_force) if _covers(a, f)), None)
         findings.append(f.model_copy(update={"ack": match.note()}) if match else f)
+    findings = _with_effects(findings, [a for a in in_force if a.accepted and a.accepted.with_effects])
     for a in acks:
         if a.expired and any(_covers(a, f) and f.ack is None for f in findings):
             expired.append(

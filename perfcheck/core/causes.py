@@ -134,8 +134,24 @@ class Grouped:
             words.append(f"{said} ({f.workload})" if several else said)
         return list(dict.fromkeys(words))
 
+    @property
+    def accepted_cause(self) -> bool:
+        """Its cause accepted (every lead acknowledged) while some of its effects are not: what
+        fails is those effects, from a cause the team accepted."""
+        return (
+            self.group.caused
+            and all(f.ack is not None for f in self.leads)
+            and any(f.ack is None for f in self.effects)
+        )
+
     def summary(self, limit: int = HEADLINE_PHRASE) -> str:
-        """One line: the cause's phrase (or the lone finding's title and figure) and its effects."""
+        """One line: the cause's phrase (or the lone finding's title and figure) and its effects;
+        where the cause is accepted and its effects are not, those effects, from the accepted cause."""
+        if self.accepted_cause:
+            phrase = self.group.title.removeprefix("the ")
+            phrase = phrase if len(phrase) <= limit else phrase[: limit - 1] + "…"
+            open_ = Grouped(self.group, self.leads, [f for f in self.effects if f.ack is None])
+            return f"{', '.join(open_.figures)} · from the accepted {phrase}"
         if self.group.caused:
             phrase = self.group.title.removeprefix("the ")
             phrase = phrase if len(phrase) <= limit else phrase[: limit - 1] + "…"

@@ -131,7 +131,9 @@ def headline(review: Review, groups: list[Grouped] | None = None) -> str:
     failing = [g for g in groups if g.state == "error"]
     warnings = sum(g.state == "warning" for g in groups)
     acked = sum(g.state == "acknowledged" for g in groups)
-    if review.verdict == "fail" and len(failing) == 1:
+    if review.verdict == "fail" and len(failing) == 1 and failing[0].accepted_cause:
+        words = failing[0].summary()  # what fails is the effects of a cause the team accepted
+    elif review.verdict == "fail" and len(failing) == 1:
         words = f"1 {'cause' if failing[0].group.caused else 'regression'}: {failing[0].summary()}"
     elif review.verdict == "fail":
         words = f"{len(failing)} regressions"

@@ -62,11 +62,18 @@ def accepts(matcher: BreakMatcher, break_type: str, reason: str, place: SourceLo
             return False
     if matcher.line is not None and place.line != matcher.line:
         return False
-    if matcher.function is not None and (
-        place.function is None or not fnmatchcase(place.function, matcher.function)
-    ):
+    if matcher.function is not None and not _names_function(matcher.function, place.function):
         return False
     return bool(_spec(matcher.file).match_file(place.path))
+
+
+def _names_function(pattern: str, function: str | None) -> bool:
+    """Whether an ack's ``function`` names the break's: its qualified name (``Classifier.forward``)
+    or its plain one (``forward``), as a config writer would write either."""
+    if function is None:
+        return False
+    plain = function.rpartition(".")[2]
+    return fnmatchcase(function, pattern) or fnmatchcase(plain, pattern)
 
 
 def accepts_finding(matcher: BreakMatcher, finding: Finding) -> bool:
