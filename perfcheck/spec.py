@@ -23,6 +23,11 @@ class LatencyPlan(BaseModel):
 
     measure: CompileMeasure
     compiles: int
+    # The time (seconds since the epoch: the process's clock is not the orchestrator's monotonic
+    # one) by which the compiles are to be over, the review's time budget: the process starts no
+    # compile that, as long as its longest so far, would end after it, and hands back those it
+    # made. None: all of them.
+    stop_by: float | None = None
 
 
 def side_files(probes_dir: Path, side: str) -> Path:

@@ -10,6 +10,7 @@ place in the review and passes in what the earlier stages made.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -32,6 +33,9 @@ from perfcheck.runner.timing import PairedTiming, PendingLatency, take_latency
 from perfcheck.schema import ProbeResult
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
+
+# How long before the review's deadline a compile-latency process hands back what it measured.
+STOP_MARGIN_S = 5.0
 
 
 class LatencyStage:
@@ -66,6 +70,8 @@ class LatencyStage:
         # The workload whose callgrind processes ran past their limit, once one has: this machine
         # is slower than callgrind's estimates, so auto takes the wall clock for the rest.
         self.callgrind_overran: str | None = None
+        # A cache-cold compile against a process's first, as this review's rounds measured it.
+        self.cold_of_first: float | None = None
 
     def callgrind_latency(
         self,
@@ -130,7 +136,7 @@ class LatencyStage:
         samples only: an A/A read +48.5 % (+46.5 … +50.6) on a CI worker running a second suite."""
         runs = self.run_.config.compile.runs
         first_s = max(m.cold_compile_s for m in compiled.values())
-        expected = latency_more.START_S + first_s + runs * cold_compile_estimate_s(first_s)
+        expected = latency_more.START_S + first_s + runs * self._cold_estimate_s(first_s)
         label = f"base ⇄ head · {wl.name} · compile latency"
         task = self.latency_task(wl.name, label)
         left = self.budget.left()
@@ -148,9 +154,43 @@ class LatencyStage:
             str(side): m for side, m in latency_more.run_round(self._wall_launch(wl, "-first"), runs).items()
         }
         said = f"{samples_said(made)}, both sides at once"
+        stopped = self._stopped(label, made, runs)
+        if stopped:
+            said += f"; {stopped}"
+        self._learn(made, first_s)
         step.done(said)
         task.finish(said)
         return self.with_samples(collected, wl.name, made)
+
+    def _cold_estimate_s(self, first_s: float) -> float:
+        """A cache-cold compile's expected cost against a process's first compile: the ratio this
+        review measured in its rounds so far where it has, else the prior (budget.COLD_OF_FIRST)."""
+        if self.cold_of_first is not None:
+            return self.cold_of_first * first_s
+        return cold_compile_estimate_s(first_s, self.run_.config.compile.rebuild_kernels)
+
+    def _learn(self, made: Mapping[str, CompileLatency], first_s: float) -> None:
+        """The ratio of a cache-cold compile to the first, as these samples have it (the slower
+        side's mean), for the estimates of the steps after."""
+        means = [sum(s.wall_s for s in m.samples) / len(m.samples) for m in made.values() if m.samples]
+        if means and first_s > 0:
+            ratio = max(means) / first_s
+            self.cold_of_first = max(ratio, self.cold_of_first or 0.0)
+
+    def _stop_by(self) -> float:
+        """The review's deadline on the clock a probe process reads (seconds since the epoch), a
+        few seconds early: the process hands back its samples and ends before it is killed."""
+        return time.time() + (self.budget.deadline() - time.monotonic()) - STOP_MARGIN_S
+
+    def _stopped(self, label: str, made: Mapping[str, CompileLatency], runs: int) -> str | None:
+        """Where a side's process stopped before its ``runs`` compiles (the budget's deadline), the
+        cut that says so, in the books and the Time line."""
+        n = min((len(m.samples) for m in made.values()), default=0)
+        if n >= runs or any(m.failures for m in made.values()):
+            return None  # all made, or a side failed (which its failures say)
+        why = f"stopped after {n} of {runs} compiles a side, when review.time_budget_s was nearly spent"
+        self.budget.cut(f"{label}: {why}")
+        return why
 
     def _wall_launch(self, wl: WorkloadConfig, tag: str) -> latency_more.Launch:
         """Starts one side's process of wall-clock compiles of ``wl``: a warm-up compile, then the
@@ -159,7 +199,7 @@ class LatencyStage:
         sides = {"base": run.base, "head": run.head}
 
         def launch(side: Side, compiles: int) -> ProbeResult:
-            plan = LatencyPlan(measure="wall", compiles=compiles)
+            plan = LatencyPlan(measure="wall", compiles=compiles, stop_by=self._stop_by())
             spec = probe_spec(run, wl, "compile", sides[side])
             spec = spec.model_copy(update={"probe": "compile_latency", "latency": plan})
             forks = self.forks if forkserver.times_forked(run.device) else None
@@ -365,7 +405,7 @@ class LatencyStage:
     ) -> list[ProbeResult]:
         note = self.notes.get(workload)
         return with_latency(
-            results, workload, {s: m.model_copy(update={"note": note}) for s, m in latency.items()}
+            results, workload, {s: m.model_copy(update={"note": note or m.note}) for s, m in latency.items()}
         )
 
     def latency_task(self, workload: str, label: str | None = None) -> Task:

@@ -328,7 +328,21 @@ class _Review:
         other = self.kept.get((wl.name, probe, "head" if side == "base" else "base"))
         if other is not None and other.status == "ok":
             return other.duration_s
-        return prior(probe, self.run_.device)
+        return prior(probe, self.run_.device) * self._slowness(wl)
+
+    def _slowness(self, wl: WorkloadConfig) -> float:
+        """How much longer than their priors ``wl``'s probes have taken in this review so far (1
+        where none finished, never below 1): a model ten times the demo's takes about ten times
+        each probe's prior, and its next probe's estimate says so before it is started, rather than
+        running into the review's deadline."""
+        device = self.run_.device
+        done = [
+            (r.duration_s, prior(p, device))
+            for (w, p, _), r in self.kept.items()
+            if w == wl.name and r.status == "ok"
+        ]
+        spent, planned = sum(d for d, _ in done), sum(p for _, p in done)
+        return max(1.0, spent / planned) if planned > 0 else 1.0
 
     def _shares(self, wl: WorkloadConfig) -> bool:
         return shares_compile_cache(self.run_, wl, busy=len(self.single) > self.run_.jobs)

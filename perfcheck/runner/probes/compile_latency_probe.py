@@ -8,6 +8,7 @@ first compile of the process is a warm-up and is not counted (perfcheck/runner/c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from perfcheck.measures import CompileLatency
@@ -25,7 +26,21 @@ class CompileLatencyProbe:
         if plan is None:
             raise ValueError("compile_latency needs the spec's latency plan")
         counter = Counter() if plan.measure == "callgrind" else None
+        start = time.time()
         cold_compile(spec, build, None)  # the warm-up: what a process pays once
-        samples = [cold_compile(spec, build, counter) for _ in range(plan.compiles)]
-        latency = CompileLatency(measure=plan.measure, samples=samples)
+        longest = time.time() - start
+        samples = []
+        for _ in range(plan.compiles):
+            if plan.stop_by is not None and time.time() + longest > plan.stop_by:
+                break  # it would end past the review's budget: keep what was measured
+            began = time.time()
+            samples.append(cold_compile(spec, build, counter))
+            longest = time.time() - began if len(samples) == 1 else max(longest, time.time() - began)
+        note = (
+            f"stopped after {len(samples)} of {plan.compiles} compiles: the next would have ended past "
+            "review.time_budget_s"
+            if len(samples) < plan.compiles
+            else None
+        )
+        latency = CompileLatency(measure=plan.measure, samples=samples, note=note)
         return ProbeOutput(metrics={"latency": latency.model_dump(mode="json")})
