@@ -172,6 +172,13 @@ class CompileSample(Strict):
         default=None, ge=0, description="callgrind: instructions of the compiling process in the region"
     )
     stage_instructions: dict[str, int] = Field(default_factory=dict, description="callgrind, per stage")
+    work: dict[str, int] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="what the compile did, by Inductor's own counters over it (Triton kernels built "
+        "or found, autotuning benchmarks run): two sides' samples that differ here did different "
+        "work, not the same work at different speeds",
+    )
 
 
 class CompileLatency(Strict):

@@ -210,6 +210,7 @@ def cold_compile(spec: ProbeSpec, build: Callable[[], Workload], counter: Counte
     model = steps.prepare(built.model, wl.train)
     compiled = torch.compile(model, backend=cfg.backend, mode=cfg.mode, dynamic=cfg.dynamic)
     step = steps.make_step(compiled, wl.train, wl.amp, spec.device)
+    before = _inductor_counts()
     with fresh_cache() if cfg.rebuild_kernels else _compiler_caches_off(), _no_gc():
         stages = _Stages(counter)
         with _watching(stages):
@@ -225,9 +226,20 @@ def cold_compile(spec: ProbeSpec, build: Callable[[], Workload], counter: Counte
     # Dumps come back in order; each is the count since the one before (the first since start).
     for (_, n), stage in zip(counts, stages.labels, strict=False):
         by_stage[stage] = by_stage.get(stage, 0) + n
+    after = _inductor_counts()
+    work = {k: after[k] - before.get(k, 0) for k in sorted(after) if after[k] != before.get(k, 0)}
     return CompileSample(
         wall_s=round(wall, 4),
         stages_s={k: round(v, 4) for k, v in stages.seconds.items()},
         instructions=sum(by_stage.values()) if counter is not None else None,
         stage_instructions=by_stage,
+        work=dict(list(work.items())[:64]),
     )
+
+
+def _inductor_counts() -> dict[str, int]:
+    """Inductor's counters now (kernel cache hits and misses, autotuning benchmarks, FX-graph
+    cache events): ints only, names as torch spells them."""
+    from torch._dynamo.utils import counters
+
+    return {str(k): int(v) for k, v in counters["inductor"].items() if isinstance(v, int)}
