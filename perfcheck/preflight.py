@@ -14,6 +14,7 @@ import ast
 import importlib.machinery
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -145,8 +146,11 @@ def _imports_found(
     any probe: nothing of the workload could be measured (a missing dependency, or a misspelt
     one). On one side only, the probes run and say so (perfcheck/core/setup_faults.py)."""
     missing: dict[str, list[tuple[str, int]]] = {}
+    # The probes' own import path: the tree's roots, the entry's folder and the environment's
+    # PYTHONPATH (which their interpreter reads, whatever this process read at its start).
+    extra = [Path(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     for side, path in found.items():
-        roots = [*import_roots(trees[side]), path.parent]
+        roots = [*import_roots(trees[side]), path.parent, *extra]
         imports = _unguarded_imports(path.read_text(encoding="utf-8", errors="replace"))
         missing[side] = [(name, line) for name, line in imports if not _installed(name, roots)]
     if len(found) < len(trees) or not all(missing.values()):

@@ -101,8 +101,9 @@ class CompileConfig(Section):
     measure: Literal["auto", "callgrind", "wall", "off"] = Field(
         default="auto",
         description="how compile latency is measured: instructions under callgrind, wall-clock "
-        "seconds, auto (callgrind on a CPU with valgrind where it fits callgrind_budget_s), or off "
-        "(only the compile probe's own first compile, against budgets.compile_latency_s)",
+        "seconds, auto (the wall clock, and callgrind on a CPU with valgrind where the wall clock "
+        "leaves it undecided and callgrind fits callgrind_budget_s), or off (only the compile "
+        "probe's own first compile, against budgets.compile_latency_s)",
     )
     runs: int = Field(
         default=3, ge=2, le=COMPILE_RUNS_MAX, description="cache-cold compiles measured per side"
@@ -116,8 +117,9 @@ class CompileConfig(Section):
     callgrind_budget_s: float = Field(
         default=60.0,
         gt=0,
-        description="auto: callgrind only where its estimated cost fits (and what is left of "
-        "review.time_budget_s); a small model under aot_eager fits, Inductor's C++ builds do not",
+        description="auto: callgrind only where its estimated cost (from the review's wall-clock "
+        "cache-cold compiles) fits, and what is left of review.time_budget_s; a small model under "
+        "aot_eager fits, the demo under Inductor does not",
     )
 
     @field_validator("measure", mode="before")

@@ -9,10 +9,12 @@ place in the review and passes in what the earlier stages made.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
+from statistics import median
 
 from perfcheck.measures import CompileLatency, CompileMetrics, Side
 from perfcheck.progress import Progress, Task
@@ -73,58 +75,63 @@ class LatencyStage:
         # A cache-cold compile against a process's first, as this review's rounds measured it.
         self.cold_of_first: float | None = None
 
-    def callgrind_latency(
-        self,
-        collected: list[ProbeResult],
-        timing_estimate: Callable[[WorkloadConfig, list[ProbeResult]], float],
-    ) -> list[ProbeResult]:
-        """Compile latency under callgrind where it was asked for, or where ``auto`` finds it fits;
-        the choice made for every workload whose latency is measured, with why."""
+    def callgrind_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
+        """Compile latency under callgrind where it was asked for (``auto`` measures by wall clock
+        first, and takes callgrind only where that leaves it undecided: ``more_latency``); the
+        wall clock's first round where no timing pairs make its samples."""
         out = list(collected)
         for wl in self.run_.workloads:
             where = self.latency_at[wl.name]
             compiled = compiled_both(out, wl.name)
             if where is None or compiled is None:
                 continue
-            # The heavier side's first compile: both sides' processes run at once, and the review
-            # waits for the slower (a head 8 layers deeper took 2.5 times base's under callgrind).
-            first_s = max(m.cold_compile_s for m in compiled.values())
-            reserve = timing_estimate(wl, out) if where == "timing" else 0.0
-            have_valgrind = callgrind.valgrind() is not None
-            choice = latency_runs.choose(
-                self.run_.config.compile,
-                self.run_.device,
-                have_valgrind,
-                first_s,
-                self.budget.left() - reserve,
-                slower_than_estimated=self.callgrind_overran,
-            )
-            if choice.note:
-                self.notes[wl.name] = choice.note
-            if choice.measure != "callgrind":
+            if where != "callgrind":
                 if where == "rounds":
                     out = self._first_round(out, wl, compiled)
                 continue
-            self.latency_at[wl.name] = "callgrind"
-            counted = self._run_callgrind(wl, choice)
-            if not stopped_at_limit(counted):
-                out = with_latency(out, wl.name, counted)
-                continue
-            # Stopped at its limit (a machine busier than the estimate assumed): the wall clock
-            # instead, where it is measured anyway, so that the review keeps its time; and for
-            # the review's other workloads too, whose estimates are made the same way.
+            counted = self._run_callgrind(wl, latency_runs.Choice("callgrind"))
+            out = with_latency(out, wl.name, counted)
+        return out
+
+    def _escalate(self, wl: WorkloadConfig, out: list[ProbeResult]) -> tuple[list[ProbeResult], bool]:
+        """Callgrind's counts where ``auto``'s wall clock left ``wl``'s compile latency undecided
+        and its estimate, made from those wall-clock samples, fits (``latency_runs.choose``), and
+        whether they stand: not where callgrind was not taken, or stopped at its limit (the wall
+        clock's samples stand, saying so, and more pairs of them may be bought)."""
+        compiled = compiled_both(out, wl.name)
+        cfg = self.run_.config.compile
+        if compiled is None or cfg.measure != "auto" or self.run_.device != "cpu":
+            return out, False
+        state = latency_more.undecided(compiled, self.run_.config)
+        if state is None:
+            return out, False
+        cold_s = max(median(s.wall_s for s in m.samples) for m in state.latency.values())
+        have_valgrind = callgrind.valgrind() is not None
+        choice = latency_runs.choose(
+            cfg, self.run_.device, have_valgrind, cold_s, self.budget.left(), self.callgrind_overran
+        )
+        if choice.measure != "callgrind":
+            return out, False
+        c = state.change
+        why = (
+            f"callgrind: the wall clock's {c.pairs} pairs left it undecided ({c.change_pct:+.1f} %, "
+            f"{c.low_pct:+.1f} … {c.high_pct:+.1f}, against {c.budget_pct:g} %)"
+        )
+        counted = self._run_callgrind(wl, dataclasses.replace(choice, note=why))
+        if stopped_at_limit(counted):
+            # A machine busier than the estimate: the wall clock's samples stand, for the review's
+            # other workloads too, whose estimates are made the same way.
             self.callgrind_overran = wl.name
+            said = f"callgrind was {choice.limit_words()}; the wall clock stands"
+            self.budget.cut(f"{wl.name}: compile latency: {said}")
             note = (
                 f"wall-clock: callgrind was {choice.limit_words()}; the machine is busier than that estimate"
             )
-            self.notes[wl.name] = note
-            self.latency_at[wl.name] = where
-            # The wall clock's samples are one more step of the plan (the timing pairs' or a round's).
-            self.latency_owed.add(wl.name)
-            self.progress.total += 1
-            if where == "rounds":
-                out = self._first_round(out, wl, compiled)
-        return out
+            kept = {s: m.model_copy(update={"note": note}) for s, m in state.latency.items()}
+            return with_latency(out, wl.name, kept), False
+        self.latency_at[wl.name] = "callgrind"
+        counted = {s: m.model_copy(update={"note": why}) for s, m in counted.items()}
+        return with_latency(out, wl.name, counted), True
 
     def _first_round(
         self, collected: list[ProbeResult], wl: WorkloadConfig, compiled: Mapping[str, CompileMetrics]
@@ -375,6 +382,10 @@ class LatencyStage:
             compiled = compiled_both(out, wl.name)
             if compiled is None or self.latency_at[wl.name] is None:
                 continue
+            out, counted = self._escalate(wl, out)
+            if counted:
+                continue
+            compiled = compiled_both(out, wl.name) or compiled
             launch = self._wall_launch(wl, "-more")
             label = f"base ⇄ head · {wl.name} · compile latency, more pairs"
             began: list[tuple[Task, Step]] = []  # the step, once a round starts

@@ -168,7 +168,7 @@ class _Review:
                     out = self._keep(self._timed(*lead, partial, run_paired, also_beside=finish))
                     rest = whole[0] if whole else self._structural(futures, pool)  # (timing skipped)
                     collected = self._keep(_rejoined(rest, partial, out, lead[0].name))
-                collected = self._keep(self.latency.callgrind_latency(collected, self._timing_estimate))
+                collected = self._keep(self.latency.callgrind_latency(collected))
                 samples_s = {wl.name: self.latency.samples_cost(wl, collected) for wl, _ in paired}
                 paired = lightest_last(paired, lambda item: samples_s[item[0].name])
                 for wl, probe in paired:
