@@ -263,3 +263,46 @@ def test_a_resume_function_s_recompiles_and_limit_hit_fold_under_the_break(
     assert brk.location is not None and brk.location.code == 'print("block")'
     assert "recompiles and 1 recompile-limit hit that follow from it" in brk.message
     assert brk.evidence["resume_recompiles"] and brk.evidence["limit_hits"]
+
+
+# Two calls a change rewrote alike, a line apart in one function: each breaks on its own.
+SEGMENTS = """\
+import torch
+from torch import nn
+
+
+class Seg(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x, count):
+        h = self.fc(x)
+        n = x.size(0)
+        hmax = h.max(dim=1).values.repeat_interleave(count{size})
+        out = (h.sum(dim=1) - hmax).exp()
+        total = out.repeat_interleave(count{size})
+        return out / total
+
+
+def build(device):
+    torch.manual_seed(0)
+    x = torch.randn(8, 16).to(device)
+    return Seg().to(device), (x, torch.ones(8, dtype=torch.long).to(device))
+"""
+
+
+def test_breaks_at_lines_one_hunk_of_the_change_made_are_one_cause(review: ReviewFn, tmp_path: Path) -> None:
+    """The change drops `output_size` from two `repeat_interleave` calls of one function: two
+    breaks at two changed lines of one hunk, one change. Reversed, one removed break."""
+    base = write_tree(tmp_path / "base", {"model.py": SEGMENTS.replace("{size}", ", output_size=n")})
+    head = write_tree(tmp_path / "head", {"model.py": SEGMENTS.replace("{size}", "")})
+    result = review(base, head, probes=("compile",))
+    assert _errors(result) == ["graph_break_added"], [f.message for f in result.findings]
+    [cause] = result.findings
+    assert cause.location is not None and cause.location.line == 13
+    assert cause.evidence["break_at"] == ["model.py:13", "model.py:15"]
+    assert "at 2 lines one hunk of the change made" in cause.message
+    assert len(by_cause(result.findings)) == 1
+    reversed_ = review(head, base, probes=("compile",))
+    assert [f.category for f in reversed_.findings] == ["graph_break_removed"]
