@@ -96,13 +96,6 @@ class GraphBreak(Strict):
         "the pull request changed (differs in the other side's tree), where that is not the break's "
         "own line; None where none of them changed, or the review did not compare the trees",
     )
-    change_hunk: int | None = Field(
-        default=None,
-        ge=1,
-        description="where the break's own line is one the pull request changed: the first line of "
-        "the change's hunk that holds it (changed lines no more than six unchanged ones apart, as "
-        "git's diff joins them), so that the breaks of one hunk of one function read as one change",
-    )
     gave_up: list[SourceLocation] = Field(
         default=[],
         max_length=MAX_CALLERS,

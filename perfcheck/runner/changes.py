@@ -40,22 +40,6 @@ def changed_lines(mine: list[str], other: list[str] | None) -> frozenset[int]:
     return frozenset(out)
 
 
-HUNK_GAP = 6  # unchanged lines between two changed ones that still make one hunk (git's 3 + 3)
-
-
-def hunks(changed: frozenset[int]) -> dict[int, int]:
-    """Each changed line's hunk, by the hunk's first line: lines no more than HUNK_GAP unchanged
-    lines apart are one, as git's diff with three lines of context joins them."""
-    out: dict[int, int] = {}
-    start = prev = None
-    for line in sorted(changed):
-        if prev is None or line - prev > HUNK_GAP + 1:
-            start = line
-        out[line] = start  # type: ignore[assignment]
-        prev = line
-    return out
-
-
 def read_lines(path: Path) -> list[str] | None:
     """``path``'s lines, or None where it is not a regular file of at most MAX_FILE_BYTES (a link,
     a FIFO, a folder, missing), or cannot be read."""
@@ -83,13 +67,6 @@ class _Diff:
         self.tree, self.other = tree, other
         self.known: dict[str, frozenset[int] | None] = {}
 
-    def hunk(self, loc: SourceLocation) -> int | None:
-        """The first line of the hunk holding ``loc``'s line, where the change made that line."""
-        if not self.changed(loc):
-            return None
-        lines = self.known.get(loc.path)
-        return hunks(lines).get(loc.line) if lines is not None else None
-
     def changed(self, loc: SourceLocation) -> bool:
         if not loc.in_tree or loc.line < 1:
             return False
@@ -112,10 +89,8 @@ def _plain(path: str) -> bool:
 
 
 def _marked(gb: GraphBreak, diff: _Diff) -> GraphBreak:
-    if gb.location is None:
-        return gb
-    if diff.changed(gb.location):  # its own line changed: the break is the change's own, in its hunk
-        return gb.model_copy(update={"change_hunk": diff.hunk(gb.location)})
+    if gb.location is None or diff.changed(gb.location):
+        return gb  # its own line changed (or it has none): the break is the change's own
     inner = next((loc for loc in reversed(gb.callers) if diff.changed(loc)), None)
     return gb.model_copy(update={"changed_at": inner}) if inner is not None else gb
 

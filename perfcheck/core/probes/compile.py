@@ -101,16 +101,6 @@ def _compile_findings(
                         },
                     )
                 )
-    # Breaks at lines the change made, by the hunk of the function that holds them: one change.
-    hunks = {
-        (category, at(gb.location)): (gb.location.path, gb.location.function or "", gb.change_hunk)
-        for category, _, breaks, delta, _, _ in changes
-        for gb in breaks
-        if gb.location is not None
-        and gb.change_hunk is not None
-        and delta[_break_key(gb)]
-        and _break_key(gb) not in accepted
-    }
     changed = {
         (category, at(gb.location)): gb.changed_at
         for category, _, breaks, delta, _, _ in changes
@@ -121,7 +111,7 @@ def _compile_findings(
         and _break_key(gb) not in accepted
     }
     found = with_recompiles(wl, base, head, _under_their_breaks(_gone_with_the_frame(out)))
-    return _one_per_hunk(_one_per_change(found, changed), hunks)
+    return _one_per_change(found, changed)
 
 
 _SPLITS = ("Dynamo splits the graph here: ", "Dynamo no longer splits the graph here: ")
@@ -149,39 +139,6 @@ def _one_per_change(findings: list[Finding], changed: dict[tuple[str, str], Sour
         if id(f) in firsts:
             key = firsts[id(f)]
             out.append(_at_the_change(groups[key], lines[key]))
-        elif id(f) not in members:
-            out.append(f)
-    return out
-
-
-def _one_per_hunk(
-    findings: list[Finding], hunks: dict[tuple[str, str], tuple[str, str, int]]
-) -> list[Finding]:
-    """The breaks at lines one hunk of the change made, in one function (two calls a PR rewrote
-    alike, a few lines apart), as one finding at the first, the others beneath. ``hunks``: each
-    such break (by category and place) to its file, function and hunk (``GraphBreak.change_hunk``)."""
-    groups: dict[tuple[str, str, str, int], list[Finding]] = {}
-    for f in findings:
-        hunk = hunks.get((f.category, at(f.location))) if f.location is not None else None
-        if hunk is not None:
-            groups.setdefault((f.category, *hunk), []).append(f)
-    several = {key: fs for key, fs in groups.items() if len(fs) > 1}
-    if not several:
-        return findings
-    firsts = {id(fs[0]): fs for fs in several.values()}
-    members = {id(f) for fs in several.values() for f in fs}
-    out = []
-    for f in findings:
-        if id(f) in firsts:
-            breaks = firsts[id(f)]
-            first = breaks[0]
-            assert first.location is not None
-            grouped = _at_the_change(breaks, first.location)
-            verb = "splits" if first.category == "graph_break_added" else "no longer splits"
-            kind = "made" if first.category == "graph_break_added" else "removed"
-            said = grouped.message.split(": ", 1)[1]
-            message = f"Dynamo {verb} the graph at {len(breaks)} lines one hunk of the change {kind}: {said}"
-            out.append(grouped.model_copy(update={"message": message}))
         elif id(f) not in members:
             out.append(f)
     return out
