@@ -414,6 +414,25 @@ def test_a_timed_head_that_torch_compile_rejects_is_not_a_crashed_probe(
     )
 
 
+def test_a_head_that_fixes_what_torch_compile_rejected_on_base_passes(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    """The timed case above, reversed (a PR that fixes the fake kernel): good news, not an
+    inconclusive review, though step time has no compiled base to be compared with."""
+    broken = "return x.new_empty((x.shape[0] + 1, x.shape[1]))"
+    base = write_tree(tmp_path / "base", {"model.py": FAKE_KERNEL.replace("{fake}", broken)})
+    head = write_tree(
+        tmp_path / "head", {"model.py": FAKE_KERNEL.replace("{fake}", "return torch.empty_like(x)")}
+    )
+    config = fast_config("timing: {compiled: true, processes: 2, max_processes: 2}")
+    result = review(base, head, config=config, probes=("compile", "timing"))
+    [fixed] = only(result, "compile_fixed")
+    assert fixed.severity == "info" and "on base it failed" in fixed.message and fixed.evidence["base_error"]
+    assert fixed.location is not None and fixed.location.code == "return shift(h) * h"
+    assert result.verdict == "pass" and not result.inconclusive, (result.inconclusive, result.findings)
+    assert "torch.compile works again" in render_comment(result)
+
+
 # -- probes follow what the workload declares ----------------------------------------------------
 
 

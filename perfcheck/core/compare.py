@@ -138,8 +138,9 @@ def compare_workload(wl: WorkloadReview, config: Config) -> Comparison:
         rejected = [r for r in (h, b) if r.status == "failed" and r.status not in kind.compared]
         if rejected:
             # torch refused the side's code: the compile or export probe says so as a finding;
-            # this probe has nothing to compare.
-            for r in rejected:
+            # this probe has nothing to compare. Refused on base only, head fixed it: measured
+            # on head, as _not_measured has it, and no reason the review cannot be decided.
+            for r in rejected if rejected[0] is h else ():
                 first = ((r.message or "").strip().splitlines() or ["torch rejected the code"])[0]
                 inconclusive.append(f"{wl.name}/{name}: not measured on {r.side}: {first[:300]}")
             continue

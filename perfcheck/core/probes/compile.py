@@ -356,11 +356,30 @@ def _compile_failed(wl: str, base: ProbeResult, head: ProbeResult) -> Finding | 
     return rejected_finding("compile_failed", wl, "compile", "torch.compile", h, base)
 
 
+def _compile_fixed(wl: str, b: CompileMetrics) -> Finding:
+    """torch.compile raising on base's code and compiling head's: the pull request fixed it. What
+    only a compiled base gives (step time, compile latency) has nothing to be compared with."""
+    return Finding(
+        category="compile_fixed",
+        severity="info",
+        workload=wl,
+        probe="compile",
+        message=f"torch.compile works on head (on base it failed: {b.error_type}); "
+        "step time and compile latency have no compiled base to be compared with",
+        # Base's failure is the evidence: its verify commands show base's side.
+        evidence={"side": "base", "base_error": (b.error_message or "")[:2000]},
+        # Where base's compile failed: the line head changed, most likely.
+        location=b.error_location,
+    )
+
+
 def compare(wl: str, base: ProbeResult, head: ProbeResult, config: SettingsView) -> Compared:
     failed = _compile_failed(wl, base, head)
     if failed is not None:
         return Compared([failed])
     b, h = probe_metrics(base, CompileMetrics), probe_metrics(head, CompileMetrics)
+    if base.status == "failed" and head.status == "ok" and b is not None:
+        return Compared([_compile_fixed(wl, b)])
     if b is None or h is None or "failed" in (base.status, head.status):
         return Compared()
     latency = compile_latency_findings(wl, b, h, config)
