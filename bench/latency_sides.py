@@ -5,7 +5,8 @@ compiles differ (an A/A that is not silent), this says in which stage and in wha
 
 For each workload of each review: every pair's wall time and stages (Dynamo, AOTAutograd,
 Inductor) for base and head, the work Inductor's counters say each compile did (Triton kernels
-built or found, autotuning benchmarks), and the mean of each over the pairs.
+built or found, autotuning benchmarks; what the process compiled before it, its warm-up), and
+the mean of each over the pairs.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ def _latency(results: list[dict[str, Any]]) -> dict[str, Any] | None:
 def _line(sample: dict[str, Any]) -> str:
     stages = " ".join(f"{k} {v:.2f}" for k, v in sorted(sample.get("stages_s", {}).items()))
     work = " ".join(f"{k}={v}" for k, v in sorted(sample.get("work", {}).items()))
-    return f"{sample['wall_s']:.2f} s ({stages}){' · ' + work if work else ''}"
+    earlier = " ".join(f"{k}={v}" for k, v in sorted(sample.get("earlier", {}).items()))
+    return (
+        f"{sample['wall_s']:.2f} s ({stages}){' · ' + work if work else ''}"
+        f"{' · before it: ' + earlier if earlier else ''}"
+    )
 
 
 def report(path: Path) -> None:

@@ -179,6 +179,12 @@ class CompileSample(Strict):
         "or found, autotuning benchmarks run): two sides' samples that differ here did different "
         "work, not the same work at different speeds",
     )
+    earlier: dict[str, int] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="the same counters over what the process compiled before this sample (its "
+        "warm-up: compiled code read from the caches handed out, or compiled afresh)",
+    )
 
 
 class CompileLatency(Strict):

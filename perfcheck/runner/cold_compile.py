@@ -234,12 +234,16 @@ def cold_compile(spec: ProbeSpec, build: Callable[[], Workload], counter: Counte
         instructions=sum(by_stage.values()) if counter is not None else None,
         stage_instructions=by_stage,
         work=dict(list(work.items())[:64]),
+        earlier={k: v for k, v in list(before.items())[:64] if v},
     )
 
 
 def _inductor_counts() -> dict[str, int]:
     """Inductor's counters now (kernel cache hits and misses, autotuning benchmarks, FX-graph
-    cache events): ints only, names as torch spells them."""
+    cache events) and AOTAutograd's (its cache's hits and misses, prefixed ``aot_autograd.``):
+    ints only, names as torch spells them."""
     from torch._dynamo.utils import counters
 
-    return {str(k): int(v) for k, v in counters["inductor"].items() if isinstance(v, int)}
+    counts = {str(k): int(v) for k, v in counters["inductor"].items() if isinstance(v, int)}
+    counts |= {f"aot_autograd.{k}": int(v) for k, v in counters["aot_autograd"].items() if isinstance(v, int)}
+    return counts
