@@ -105,6 +105,82 @@ def test_a_break_in_a_helper_called_through_two_user_frames_is_one_finding(
     ]
 
 
+# A backend probe as model code writes it: a cached import that fails (the package is not
+# installed), asked inside a `try` of a method with work before it. Dynamo cannot resume inside the
+# `try`: it compiles `_stages` up to the last point it can resume from and runs the rest eagerly,
+# and its explain lists that point (the `try:` line) as a break of its own.
+CUT_SHORT = """\
+import functools
+
+import torch
+from torch import nn
+
+
+@functools.cache
+def _load():
+    try:
+        from a_package_nobody_installed import fast_kernel
+    except ImportError:
+        return None
+    return fast_kernel
+
+
+def usable():
+    return _load() is not None
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def _stages(self, h):
+        h = h.sin() + 1
+        while True:
+            parts = []
+            try:
+                for i in range(2):
+                    x = h[i : i + 1]
+                    parts.append({use})
+            except RuntimeError:
+                continue
+            break
+        return torch.cat(parts)
+
+    def forward(self, x):
+        return self._stages(self.fc(x)).relu()
+
+
+def build(device):
+    torch.manual_seed(0)
+    return Net().to(device), (torch.randn(8, 16).to(device),)
+"""
+
+
+def test_a_frame_compiled_only_up_to_a_break_it_cannot_resume_from_is_that_break_s_effect(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    """One break (the import that fails), not a second one at the `try:` where Dynamo stopped
+    compiling `_stages`: that frame is named as given up beneath the break, which is placed at the
+    line the change made (it calls into the helper that breaks)."""
+    base = write_tree(tmp_path / "base", {"model.py": CUT_SHORT.replace("{use}", "x * 2")})
+    head_text = CUT_SHORT.replace("{use}", "x * 2 if usable() else x")
+    head = write_tree(tmp_path / "head", {"model.py": head_text})
+    result = review(base, head, probes=("compile",))
+    assert _errors(result) == ["graph_break_added"], [f.message for f in result.findings]
+    [brk] = result.findings
+    assert brk.location is not None and brk.location.code == "parts.append(x * 2 if usable() else x)"
+    assert brk.evidence["break_type"] == "Import failure"
+    assert "model.py::Net._stages" in brk.evidence["gave_up"], brk.evidence
+    head_metrics = result.workloads[0].head[0].metrics_as(CompileMetrics)
+    assert head_metrics is not None
+    assert {gb.break_type for gb in head_metrics.graph_breaks} == {"Import failure"}
+
+    reversed_ = review(head, base, probes=("compile",))
+    assert reversed_.verdict == "pass"
+    assert [f.category for f in reversed_.findings] == ["graph_break_removed"], reversed_.findings
+
+
 # A validation helper the change does not touch, which branches in Python on two tensor values; the
 # change adds the one call to it.
 CHECKS = """\

@@ -36,12 +36,18 @@ def break_type(reason: str) -> str:
 # is logged beside it, so the note marks that break rather than being one.
 _FELL_BACK = break_log.FELL_BACK
 _ENCOUNTERED = "Graph break encountered:"
+# Dynamo's record of a break inside a block it cannot resume in (a `try`, a loop around it): it
+# compiles the frame up to the last point it could resume from and runs the rest eagerly, and
+# explain lists that point, a line of the frame, as a break of its own ("step_unsupported").
+_CUT_SHORT = "Encountered graph break that we cannot resume from"
 
 
 def _wording(reason: str) -> int:
     """How fully a reason says what happened: Dynamo's registry entries ("Explanation:", hints, a
     documentation link) over its terse developer strings (``generic_jump TensorVariable()``)."""
     text = reason.strip()
+    if not text:
+        return -1
     if text.startswith(_FELL_BACK):
         return 0
     return 2 if "Explanation:" in text else 1
@@ -87,7 +93,7 @@ def graph_breaks_of(
     first += [(lb.reason, lb.stack, "log", lb) for lb in logged or []]
     later_events: list[_Event] = [(lb.reason, lb.stack, "later", lb) for lb in later or []]
     every = first + later_events
-    for event in _attached(first, every):
+    for event in _attached(_stop_points_moved(first, logged or []), every):
         _add(places, event, tree)
     seen = set(places)
     for event in _attached(later_events, every):
@@ -145,6 +151,38 @@ def _attached(events: list[_Event], every: list[_Event]) -> list[_Event]:
             into = next((d for d in deeper if _passes_through(d[1], inner)), None)
             if into is not None:
                 stack = into[1]
+        out.append((reason, stack, source, lb))
+    return out
+
+
+def _cut_short(lb: LoggedBreak | None) -> bool:
+    return lb is not None and lb.reason.strip().startswith(_CUT_SHORT)
+
+
+def _stop_points_moved(events: list[_Event], logged: list[LoggedBreak]) -> list[_Event]:
+    """``events`` with explain's record of where Dynamo stopped compiling a frame it could not
+    resume in moved to the break that stopped it. Explain gives that point, a line of the frame
+    (the `try:` the break is inside), and no more; the log says, from the compile of that frame,
+    which break it was and where. A line of the frame the log places a break at is a break of its
+    own, and stays."""
+    stops = [lb for lb in logged if _cut_short(lb) and lb.compiling is not None and lb.stack]
+    placed = {(lb.stack[-1].filename, lb.stack[-1].lineno) for lb in logged if lb.stack}
+    out = []
+    for reason, stack, source, lb in events:
+        inner = stack[-1] if stack else None
+        if source == "explain" and inner is not None and (inner.filename, inner.lineno) not in placed:
+            stop = next(
+                (
+                    s
+                    for s in stops
+                    if s.compiling is not None
+                    and s.compiling[:2] == (inner.name, inner.filename)
+                    and s.compiling[2] <= (inner.lineno or 0)
+                ),
+                None,
+            )
+            if stop is not None:
+                stack = stop.stack
         out.append((reason, stack, source, lb))
     return out
 
@@ -219,6 +257,11 @@ def _add(
         place["first_compiles"] += 1
     elif place["after"] is None:
         place["after"] = after
+    if _cut_short(lb) and lb is not None and lb.compiling is not None:
+        # The break itself, which made Dynamo run the rest of the frame it compiled eagerly.
+        gave_up = named_code_location(lb.compiling, tree)
+        place["gave_up"].setdefault(_at(gave_up), gave_up)
+        reason = reason.strip().partition(_ENCOUNTERED)[2].strip() or reason
     if reason.strip().startswith(_FELL_BACK):
         place["fell_back"] = True
         if lb is not None and lb.compiling is not None:
