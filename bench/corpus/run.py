@@ -169,7 +169,6 @@ def review(perfcheck: str, where: Path, base: str, head: str, out: str, limit_s:
             + (f" at {f['location']['path']}:{f['location'].get('line')}" if f.get("location") else "")
             for f in result.get("findings", [])
         ],
-        "time": result.get("costs", {}).get("wall_s"),
         "stderr_tail": tail if code not in (0, 1) else "",
     }
 
