@@ -185,6 +185,12 @@ class CompileSample(Strict):
         description="the same counters over what the process compiled before this sample (its "
         "warm-up: compiled code read from the caches handed out, or compiled afresh)",
     )
+    primed: bool = Field(
+        default=False,
+        description="an untimed cache-cold compile ran before it, its process's warm-up having read "
+        "the compiled model from the caches: every sample follows a compile that traced and lowered "
+        "in that process (perfcheck/runner/cold_compile.py)",
+    )
 
 
 class CompileLatency(Strict):

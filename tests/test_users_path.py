@@ -97,3 +97,8 @@ def test_every_probe_runs_on_both_sides_in_the_sandbox_with_the_default_caches(t
     assert not unmeasured, unmeasured
     compiled = next(r for r in wl["head"] if r["probe"] == "compile")["metrics"]
     assert compiled["latency"]["samples"], "compile latency was not measured"
+    # The timing workers' set-up read the compiled model from the caches handed out: each made
+    # one untimed cache-cold compile before its sample, on both sides alike.
+    for side in ("base", "head"):
+        samples = next(r for r in wl[side] if r["probe"] == "compile")["metrics"]["latency"]["samples"]
+        assert all(s["primed"] and s["earlier"].get("fxgraph_cache_hit", 0) > 0 for s in samples), samples

@@ -60,12 +60,15 @@ def cold_compile_estimate_s(first_compile_s: float, rebuild_kernels: bool = Fals
 
 
 def latency_estimate_s(
-    first_compile_s: float, pairs: int, cores: int, rebuild_kernels: bool = False
+    first_compile_s: float, pairs: int, cores: int, rebuild_kernels: bool = False, primed: bool = False
 ) -> float:
     """``pairs`` pairs of compile-latency samples in the timing workers: both sides of a pair at
-    once, as many pairs at once as there are cores for two processes each."""
+    once, as many pairs at once as there are cores for two processes each; ``primed``: each
+    sample after an untimed one (a worker whose set-up read the compiled model from the caches,
+    perfcheck/runner/cold_compile.py)."""
     at_once = max(1, cores // 2)
-    return math.ceil(pairs / at_once) * cold_compile_estimate_s(first_compile_s, rebuild_kernels)
+    per_sample = (2 if primed else 1) * cold_compile_estimate_s(first_compile_s, rebuild_kernels)
+    return math.ceil(pairs / at_once) * per_sample
 
 
 def lightest_last(order: Sequence[T], samples_s: Callable[[T], float]) -> list[T]:

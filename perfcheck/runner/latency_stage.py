@@ -295,7 +295,9 @@ class LatencyStage:
         compiled = compiled_both(collected, wl.name)
         first = compiled["base"].cold_compile_s if compiled else prior("compile", self.run_.device)
         cores = len(os.sched_getaffinity(0))
-        return latency_estimate_s(first, pairs, cores, self.run_.config.compile.rebuild_kernels)
+        cfg = self.run_.config.compile
+        # Only Inductor's compiled code is cached, so only its workers' set-up reads it and primes.
+        return latency_estimate_s(first, pairs, cores, cfg.rebuild_kernels, primed=cfg.backend == "inductor")
 
     def may_hold(self, pending: PendingLatency) -> bool:
         """Whether ``pending``'s workers may wait, idle, beside those waiting already: their device
