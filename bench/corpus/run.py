@@ -123,15 +123,13 @@ def write_tree(git: Path, commit: str, dest: Path, case: Case) -> None:
 
 
 def causes_told(result: dict[str, Any]) -> int:
-    """The causes the review tells: its headline's, and each error finding no cause holds."""
-    causes = [c for c in result.get("causes", []) if c.get("caused", True)]
-    held = {i for c in causes for i in (*c.get("leads", []), *c.get("effects", []))}
-    loose = [
-        i
-        for i, f in enumerate(result.get("findings", []))
-        if f.get("severity") == "error" and f.get("ack") is None and i not in held
-    ]
-    return len(causes) + len(loose)
+    """The causes of failure the review tells: each cause holding an open error (its headline's),
+    and each open error finding no cause holds. Warnings are not counted: they fail nothing."""
+    findings = result.get("findings", [])
+    failing = {i for i, f in enumerate(findings) if f.get("severity") == "error" and f.get("ack") is None}
+    causes = [c for c in result.get("causes", []) if failing & {*c.get("leads", []), *c.get("effects", [])}]
+    held = {i for c in result.get("causes", []) for i in (*c.get("leads", []), *c.get("effects", []))}
+    return len(causes) + len(failing - held)
 
 
 def review(perfcheck: str, where: Path, base: str, head: str, out: str, limit_s: float) -> dict[str, Any]:
@@ -148,7 +146,10 @@ def review(perfcheck: str, where: Path, base: str, head: str, out: str, limit_s:
         code, tail = done.returncode, done.stderr[-4000:]
     except subprocess.TimeoutExpired:
         code, tail = 124, f"timed out after {limit_s:.0f} s"
-    wall = time.monotonic() - started
+    return read_review(where, out, code, time.monotonic() - started, tail)
+
+
+def read_review(where: Path, out: str, code: int, wall: float, tail: str) -> dict[str, Any]:
     path = where / out / "result.json"
     result = json.loads(path.read_text()) if path.is_file() else {}
     comment = where / out / "comment.md"
@@ -181,13 +182,30 @@ def score(case: Case, direction: str, run: dict[str, Any]) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mirrors", type=Path, required=True, help="where the repositories are")
+    parser.add_argument("--mirrors", type=Path, default=None, help="where the repositories are")
     parser.add_argument("--work", type=Path, required=True, help="where the trees and reviews go")
     parser.add_argument("--out", type=Path, default=None, help="write every run's record here (JSON)")
     parser.add_argument("--cases", default="", help="comma-separated case names (default: all)")
     parser.add_argument("--perfcheck", default="perfcheck", help="the perfcheck command to run")
     parser.add_argument("--limit-s", type=float, default=900.0, help="per review (default 900)")
+    parser.add_argument(
+        "--rescore",
+        action="store_true",
+        help="run nothing: score the reviews --work holds, with the exit codes and wall times --out has",
+    )
     args = parser.parse_args()
+    earlier: dict[tuple[str, str], dict[str, Any]] = {}
+    if args.rescore:
+        if args.out is None or not args.out.is_file():
+            print("--rescore reads the records of --out, which is not there", file=sys.stderr)
+            return 2
+        earlier = {(r["name"], r["direction"]): r for r in json.loads(args.out.read_text())}
+    if args.mirrors is None and not args.rescore:
+        print(
+            "--mirrors is needed to write the trees (or --rescore, to score what --work holds)",
+            file=sys.stderr,
+        )
+        return 2
     wanted = {c for c in args.cases.split(",") if c}
     unknown = wanted - {c.name for c in CASES}
     if unknown:
@@ -198,12 +216,20 @@ def main() -> int:
     for case in CASES:
         if wanted and case.name not in wanted:
             continue
-        git = git_dir(args.mirrors, case.repo)
         where = args.work / case.name
-        write_tree(git, f"{case.merge}^", where / "base", case)
-        write_tree(git, case.merge, where / "head", case)
+        if not args.rescore:
+            assert args.mirrors is not None
+            git = git_dir(args.mirrors, case.repo)
+            write_tree(git, f"{case.merge}^", where / "base", case)
+            write_tree(git, case.merge, where / "head", case)
         for direction, base, head in (("forward", "base", "head"), ("reversed", "head", "base")):
-            run = review(args.perfcheck, where, base, head, f"out-{direction}", args.limit_s)
+            if args.rescore:
+                was = earlier.get((case.name, direction))
+                if was is None:
+                    continue
+                run = read_review(where, f"out-{direction}", was["exit"], was["wall_s"], was["stderr_tail"])
+            else:
+                run = review(args.perfcheck, where, base, head, f"out-{direction}", args.limit_s)
             ok = score(case, direction, run)
             right, total = right + ok, total + 1
             print(
