@@ -342,7 +342,8 @@ def _origin_words(gb: GraphBreak) -> str:
     words = f" (in {gb.origin.path}:{gb.origin.line}, reached from here)" if gb.origin else ""
     if gb.gave_up:
         frames = ", ".join(f"`{loc.function or '?'}`" for loc in gb.gave_up)
-        words += f"; Dynamo could not resume after it and gave up compiling {frames}, which runs eagerly"
+        runs = "which runs" if len(gb.gave_up) == 1 else "which run"
+        words += f"; Dynamo could not resume after it and gave up compiling {frames}, {runs} eagerly"
     elif gb.fell_back:
         words += "; Dynamo could not resume after it and runs the frame it was compiling eagerly"
     return words
