@@ -521,7 +521,8 @@ def report(
             "config_origin": config_origin,
             "program": program,
             "rerun": rerun,
-            "rerun_env": runs[0][1].rerun_env if runs else {},
+            # This side's own environment, not the shards' (written where PR code ran).
+            "rerun_env": rerun_environment(),
         }
     )
     # The A/A runs recorded before this review: the gate's measured error rates on its runner.
@@ -546,6 +547,25 @@ def _warn(line: str) -> None:
 
 
 RERUN_OPTIONS = ("--config", "--device", "--base-python", "--head-python")
+
+
+def rerun_environment() -> dict[str, str]:
+    """The variables of this process's environment that decide what the probes (which inherit
+    it) import, as a rerun of the review sets them: PYTHONPATH, say. Read here, on the side that
+    prints the commands, never from what the job that ran PR code wrote (probes.json)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from perfcheck.schema import RERUN_ENV_NAMES, RerunArg
+
+    shown = TypeAdapter(RerunArg)
+    out: dict[str, str] = {}
+    for name in RERUN_ENV_NAMES:
+        value = os.environ.get(name)
+        try:
+            out |= {name: shown.validate_python(value)} if value else {}
+        except ValidationError:  # no line a command can show (a newline, a backquote): left out
+            continue
+    return out
 
 
 def rerun_of(runs: list[tuple[str, ProbeRun]]) -> tuple[str, list[str]]:

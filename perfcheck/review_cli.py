@@ -20,7 +20,7 @@ EXIT_BAD_INPUT = 2
 
 def _request(args: argparse.Namespace) -> object:
     from perfcheck.config import read_settings
-    from perfcheck.review import ReviewRequest, parse_shard
+    from perfcheck.review import ReviewRequest, parse_shard, rerun_environment
 
     # Before any probe runs: a first adoption's perfcheck.yml is the PR's as committed.
     # Outside Actions a config being written (not yet committed) is the one tried.
@@ -35,7 +35,7 @@ def _request(args: argparse.Namespace) -> object:
         config=config,
         program=_program(),
         rerun=_rerun(args),
-        rerun_env=_rerun_env(),
+        rerun_env=rerun_environment(),
         config_origin=settings.origin,
         head_config=settings.head_text,
         out_dir=args.out,
@@ -81,24 +81,6 @@ def _rerun(args: argparse.Namespace) -> list[str]:
     for flag, value in (("--base-python", args.base_python), ("--head-python", args.head_python)):
         if value:
             out += [flag, value]
-    return out
-
-
-def _rerun_env() -> dict[str, str]:
-    """The variables of this environment that decide what the probes (which inherit it) import,
-    as a rerun of this review sets them: PYTHONPATH, where a tree's `src/` layout is found, say."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from perfcheck.schema import RERUN_ENV_NAMES, RerunArg
-
-    shown = TypeAdapter(RerunArg)
-    out: dict[str, str] = {}
-    for name in RERUN_ENV_NAMES:
-        value = os.environ.get(name)
-        try:
-            out |= {name: shown.validate_python(value)} if value else {}
-        except ValidationError:  # no line a command can show (a newline, a backquote): left out
-            continue
     return out
 
 

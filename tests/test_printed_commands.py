@@ -180,7 +180,9 @@ def test_a_command_that_writes_a_folder_can_be_run_again() -> None:
         assert command.endswith(" -o out/verify/tlparse --overwrite"), command
 
 
-def test_a_rerun_sets_the_environment_the_review_imported_with(tmp_path: Path) -> None:
+def test_a_rerun_sets_the_environment_the_review_imported_with(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The probes inherit the review's environment, so a workload may import only through its
     PYTHONPATH: a printed review sets it as the review had it, quoted once, before the program.
     Only the variables that decide imports are carried, and a forged name is refused."""
@@ -222,7 +224,7 @@ def test_a_rerun_sets_the_environment_the_review_imported_with(tmp_path: Path) -
     for forged in ({"LD_PRELOAD": "/x.so"}, {"PYTHONPATH=x; touch m;": "y"}, {"PYTHONPATH": "a`b"}):
         with pytest.raises(ValueError):
             Review.model_validate({**old, "rerun_env": forged})
-    # The report job reads it from the probe job's probes.json, as it reads the rerun's options.
+    # The report job takes its own environment, never what the probe job wrote in probes.json.
     probed = ProbeRun(
         tool_version="0",
         shard={"index": 1, "count": 1},  # type: ignore[arg-type]
@@ -232,8 +234,53 @@ def test_a_rerun_sets_the_environment_the_review_imported_with(tmp_path: Path) -
         workloads=[],
         rerun_env={"PYTHONPATH": "/w/src"},
     )
+    monkeypatch.setenv("PYTHONPATH", "/trusted/site")
     reported, _ = report([("probes.json", probed)], Config(), tmp_path, expected=set(), may_add=set())
-    assert reported.rerun_env == {"PYTHONPATH": "/w/src"}
+    assert reported.rerun_env == {"PYTHONPATH": "/trusted/site"}
+
+
+def test_what_the_probe_job_wrote_never_runs_from_a_pasted_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A result.json forged by the job that ran PR code: PYTHONPATH into head (its
+    sitecustomize.py), PYTHONHOME under head (its encodings package), head's own interpreter.
+    No printed command carries them; the comment says what was left out and what to set."""
+    from perfcheck.core.render import render_comment
+
+    monkeypatch.chdir(tmp_path)
+    forged = Review(
+        tool_version="0",
+        verdict="fail",
+        summary="",
+        base=SideInfo(tree="base"),
+        head=SideInfo(tree="head"),
+        out_dir="out",
+        rerun=["--head-python", "head/py", "--base-python", f"{tmp_path}/head/bin/python", "--device", "cpu"],
+        rerun_env={
+            "PYTHONPATH": f"head:{tmp_path}/head/src:/opt/site",
+            "PYTHONHOME": "head/home",
+            "PYTHONUSERBASE": "/x",
+        },
+        workloads=[],
+        findings=[
+            Finding(
+                category="graph_break_added", severity="error", workload="net", probe="compile", message="m"
+            )
+        ],
+    )
+    where = where_of(forged, traces={})
+    resolved = resolve(forged.findings[0], merged({}), where)
+    assert resolved is not None and resolved.verify
+    for command in resolved.verify:
+        assert "head/py" not in command and "PYTHONHOME" not in command and "PYTHONUSERBASE" not in command
+        assert "head/bin/python" not in command and "head/src" not in command and ":head" not in command
+        assert "--device cpu" in command or "perfcheck review" not in command
+    pasted = [c for c in resolved.verify if "perfcheck review" in c]
+    assert pasted and all("PYTHONPATH=/opt/site " in c for c in pasted), pasted
+    comment = render_comment(forged)
+    said = comment.split("The commands above leave out", 1)[1]
+    for named in ("--head-python", "--base-python", "PYTHONHOME", "PYTHONUSERBASE", "PYTHONPATH entries"):
+        assert named in said, said
 
 
 IMPORTED = """\
@@ -274,7 +321,6 @@ def test_a_real_reviews_commands_run_as_printed_in_a_clean_environment(tmp_path:
     Each printed command, pasted into a shell without PYTHONPATH, runs: the removed break's and
     the fixed export's show base's log, and the new break's tlparse runs twice."""
     import re
-    import shlex
     import shutil
     import sys
 
@@ -302,11 +348,16 @@ def test_a_real_reviews_commands_run_as_printed_in_a_clean_environment(tmp_path:
     )
     assert done.returncode == 1, done.stderr[-3000:]  # the new break
     printed = set(re.findall(r"`([^`]*perfcheck review [^`]*)`", done.stdout))
-    assert printed and all(f"PYTHONPATH={shlex.quote(path)} " in c for c in printed), printed
+    # The PYTHONPATH is the trees' own folders: a pasted command would import from the pull
+    # request outside any sandbox, so the commands leave it out and the comment says to set it.
+    assert printed and not any("PYTHONPATH" in c for c in printed), printed
+    assert "PYTHONPATH entries that are relative or inside a tree" in done.stdout
 
     def run(command: str) -> subprocess.CompletedProcess[str]:
+        # As the comment says: the user sets the PYTHONPATH the review had, where they trust it.
+        env = {**clean, "PYTHONPATH": path}
         return subprocess.run(
-            ["bash", "-c", command], cwd=tmp_path, env=clean, capture_output=True, text=True, timeout=600
+            ["bash", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
         )
 
     [removed] = [c for c in printed if "base-net-compile.log" in c]
@@ -344,7 +395,7 @@ def test_a_long_command_is_printed_whole() -> None:
         base=SideInfo(tree=f"{deep}base"),
         head=SideInfo(tree=f"{deep}head"),
         out_dir=f"{deep}perfcheck-out",
-        rerun_env={"PYTHONPATH": f"{deep}base/src:{deep}head/src"},
+        rerun_env={"PYTHONPATH": f"{deep}site/lib:{deep}vendor/src"},
         workloads=[],
         findings=[
             Finding(

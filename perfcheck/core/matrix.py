@@ -374,6 +374,8 @@ class Where:
     program: str = "perfcheck"
     rerun: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    # What the review ran with that its commands leave out (``printable``), said instead.
+    withheld: tuple[str, ...] = ()
 
     @property
     def verify_out(self) -> str:
@@ -453,16 +455,67 @@ _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 def where_of(review: Review, traces: Mapping[str, tuple[str, str]]) -> Where:
     """The review's own trees, output folder and options, with ``traces``: per workload, the
     profile traces it wrote (base, head), which the caller reads from the profile probe's results
-    (perfcheck/core/probes/profile.py ``trace_files``; the matrix reads no probe's metrics)."""
+    (perfcheck/core/probes/profile.py ``trace_files``; the matrix reads no probe's metrics).
+    Only what ``printable`` lets through reaches a command; the rest is said instead."""
+    trees = (review.base.tree, review.head.tree)
+    rerun, env, withheld = printable(review.rerun, review.rerun_env, trees)
     return Where(
         review.base.tree,
         review.head.tree,
         review.out_dir or "perfcheck-out",
         dict(traces),
         review.program,
-        tuple(review.rerun),
-        tuple((name, value) for name, value in review.rerun_env.items() if name in RERUN_ENV_NAMES),
+        rerun,
+        env,
+        withheld,
     )
+
+
+# The interpreter options a rerun repeats: a path a command runs outside any sandbox.
+_INTERPRETERS = ("--base-python", "--head-python")
+
+
+def _outside(path: str, trees: tuple[str, ...]) -> bool:
+    """Whether ``path`` is absolute, names no parent (``..``) and lies in neither tree: a path in
+    a tree, or one that depends on where the command is pasted, may be the pull request's own."""
+    if not path.startswith("/") or ".." in Path(path).parts:
+        return False
+    here = Path(path)
+    # A tree as the review named it, and a relative one as it lies from here (where the commands
+    # are printed and, most likely, pasted).
+    named = [Path(t) if t.startswith("/") else Path.cwd() / t for t in trees if t]
+    return not any(here == t or t in here.parents for t in named)
+
+
+def printable(
+    rerun: list[str], env: Mapping[Any, str], trees: tuple[str, ...]
+) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...]]:
+    """What a printed command may carry of the options and environment a review ran with, and
+    what it leaves out, each in words to say instead. Never PYTHONHOME or PYTHONUSERBASE (they
+    choose the interpreter's own modules); a PYTHONPATH entry, an interpreter only as an absolute
+    path in neither tree (``_outside``): a pasted command runs them outside any sandbox, and
+    result.json may come from the job that ran the pull request's code."""
+    withheld: list[str] = []
+    kept: list[str] = []
+    for flag, value in zip(rerun[::2], rerun[1::2], strict=False):
+        if flag in _INTERPRETERS and not _outside(value, trees):
+            withheld.append(f"{flag} (the review's was {value!r}: give your own interpreter)")
+            continue
+        kept += [flag, value]
+    shown: list[tuple[str, str]] = []
+    for name, value in env.items():
+        if name not in RERUN_ENV_NAMES or name in ("PYTHONHOME", "PYTHONUSERBASE"):
+            withheld.append(f"{name} (set it yourself where you trust it)")
+        elif name == "PYTHONPATH":
+            entries = [e for e in value.split(":") if e]
+            safe = [e for e in entries if _outside(e, trees)]
+            if len(safe) < len(entries):
+                withheld.append("PYTHONPATH entries that are relative or inside a tree")
+            if safe:
+                shown.append((name, ":".join(safe)))
+        elif value.isdigit():
+            shown.append((name, value))
+    return tuple(kept), tuple(shown), tuple(withheld)
 
 
 def resolve(

@@ -259,6 +259,8 @@ def review_context(review: Review, matrix: dict[str, Entry] | None = None) -> di
         "cost": cost_line(review.costs),
         "reused": reuse_line(review),
         "cuts": [cut for c in review.costs for cut in c.cuts],
+        # What the review ran with that its printed commands leave out (core.matrix ``printable``).
+        "withheld": list(where.withheld),
         "environment": environment_line(
             review.base.environment or _environment([r for wl in review.workloads for r in wl.base]),
             review.head.environment or _environment([r for wl in review.workloads for r in wl.head]),
