@@ -14,6 +14,25 @@ case "$mode" in
     ;;
 esac
 
+# Before any Python starts (the venv's, perfcheck's own): an interpreter imports sitecustomize.py,
+# .pth files and its standard library from these variables at its start, so a folder of the pull
+# request's tree there runs the PR's code here, before any wall is up. Named, not echoed: the
+# value is the workflow's and is never put into a workflow command.
+if [[ "$mode" == "probe" && -n "${PERFCHECK_HEAD:-}" ]]; then
+  head_dir="$(realpath -m -- "$PERFCHECK_HEAD")"
+  for name in PYTHONPATH PYTHONHOME PYTHONUSERBASE PYTHONSTARTUP PYTHONPYCACHEPREFIX; do
+    IFS=: read -r -a entries <<< "${!name:-}"
+    for entry in "${entries[@]}"; do
+      [[ -n "$entry" ]] || continue
+      resolved="$(realpath -m -- "$entry")"
+      if [[ "$resolved" == "$head_dir" || "$resolved" == "$head_dir"/* ]]; then
+        echo "::error title=perfcheck::$name names a folder of the pull request's tree (head): its code would run in perfcheck's own process, outside the sandbox. Put what the probes import outside both trees, or install it."
+        exit 2
+      fi
+    done
+  done
+fi
+
 if [[ "${PERFCHECK_INSTALL:-true}" == "true" ]]; then
   # A venv, so the runner's python stays untouched (and PEP 668 images accept it); system site
   # packages stay visible so that probe mode uses the torch the GPU image already has.
