@@ -146,3 +146,34 @@ def test_an_archive_reaching_outside_its_folder_or_holding_links_unpacks_nothing
         unpack(archive, sha, size, into, tmp_path / "scratch")
     assert into.is_dir() and list(into.iterdir()) == []  # what came before the bad member is gone too
     assert not (tmp_path / "escaped").exists() and not (tmp_path / "review" / "escaped").exists()
+
+
+@pytest.mark.parametrize("planted", ["fifo", "folder"])
+def test_a_fifo_or_a_folder_in_place_of_the_archive_is_refused_at_once(tmp_path: Path, planted: str) -> None:
+    """A store restored from a cache PR code could write: a FIFO where the packed cache should be
+    would hang a read until a writer came; a folder raised IsADirectoryError out of the review."""
+    archive = tmp_path / "c.cache.tar"
+    if planted == "fifo":
+        os.mkfifo(archive)
+    else:
+        archive.mkdir()
+    into = tmp_path / "into"
+    with pytest.raises(ArchiveError, match="cannot read it"):
+        unpack(archive, "0" * 64, 10, into, tmp_path / "s")
+    assert not into.exists() or list(into.iterdir()) == []
+
+
+def test_a_triton_index_nested_past_the_parsers_depth_is_dropped_not_raised(tmp_path: Path) -> None:
+    """200,000 levels deep: json raises RecursionError, which unpack let out (the review died).
+    Now it is no index (Triton reads its absence as a miss and builds the kernel)."""
+    cache = tmp_path / "cache"
+    kernel = cache / "triton" / "KEY"
+    kernel.mkdir(parents=True)
+    (kernel / "k.cubin").write_bytes(b"\0")
+    (kernel / "__grp__k.json").write_text("[" * 200_000 + "]" * 200_000)
+    sha, size = pack(cache, tmp_path / "c.cache.tar")
+    into = tmp_path / "into"
+    unpacked = unpack(tmp_path / "c.cache.tar", sha, size, into, tmp_path / "s")
+    assert unpacked == (2, 0)
+    assert (into / "triton" / "KEY" / "k.cubin").is_file()
+    assert not (into / "triton" / "KEY" / "__grp__k.json").exists()

@@ -27,10 +27,12 @@ unpacked, bounded in count and bytes.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import shutil
+import stat
 import tarfile
 import tempfile
 from pathlib import Path, PurePosixPath
@@ -103,7 +105,7 @@ def _copy_hashed(archive: Path, out: BinaryIO, size: int) -> str:
     digest = hashlib.sha256()
     copied = 0
     try:
-        fd = os.open(archive, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = open_regular(archive)
     except OSError as err:
         raise ArchiveError(f"cannot read it ({err.strerror})") from None
     with os.fdopen(fd, "rb") as f:
@@ -116,6 +118,21 @@ def _copy_hashed(archive: Path, out: BinaryIO, size: int) -> str:
     if copied != size:
         raise ArchiveError(f"{copied} bytes, the record says {size}")
     return digest.hexdigest()
+
+
+def open_regular(path: Path | str) -> int:
+    """A read-only descriptor of ``path`` where it is a regular file, not reached through a link;
+    OSError otherwise. Opened without blocking (a FIFO planted there opens, is refused, and never
+    waits for a writer), then checked on the descriptor itself, not on the name."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class _Extracted(NamedTuple):
@@ -169,7 +186,7 @@ def _relocate(index: Path) -> int:
     its folder."""
     try:
         data = json.loads(index.read_bytes()) if index.stat().st_size <= _MAX_INDEX_BYTES else None
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # nested past the parser's depth: no index either
         data = None
     children = data.get("child_paths") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(children, dict):

@@ -98,7 +98,7 @@ def read_store(folder: Path) -> tuple[dict[str, bytes], list[str]]:
         if not entry.is_file(follow_symlinks=False):
             continue
         try:
-            with open(entry.path, "rb", opener=_no_follow) as f:
+            with os.fdopen(cache_archive.open_regular(entry.path), "rb") as f:
                 raw = f.read(MAX_RECORD_BYTES + 1)
         except OSError as err:
             left.append(f"{entry.name}: cannot read it ({err.strerror})")
@@ -126,10 +126,6 @@ def store_problem(folder: Path, flag: str, trees: Iterable[Path], out: Path, rea
         if where.is_relative_to(tree) or tree.is_relative_to(where):
             return f"{flag} {folder}: inside {name} ({tree}) or holding it; keep the store apart"
     return None
-
-
-def _no_follow(path: str, flags: int) -> int:
-    return os.open(path, flags | os.O_NOFOLLOW)
 
 
 def file_sha256(tree: Path, rel: str) -> str | None:
