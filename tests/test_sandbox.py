@@ -245,7 +245,7 @@ def test_no_socket_folder_sysctl_or_supplementary_group_of_the_machine_reaches_a
 ) -> None:
     # Issue 45: a stand-in privileged daemon listening on a socket under /run was reached through
     # connect() (read-only mounts do not stop it) and rewrote base's tree; as uid 0 a probe wrote
-    # the machine's kernel.core_pattern.
+    # the machine's kernel.core_pattern; issue 55: its IRQ affinities through /proc/irq.
     import socket
 
     run = Path("/run")
@@ -271,6 +271,14 @@ except OSError:
     pass
 else:
     sys.exit(12)
+import glob
+for knob in ["/proc/irq/default_smp_affinity", *glob.glob("/proc/irq/*/smp_affinity")[:2]]:
+    try:
+        open(knob, "r+b")
+    except OSError:
+        pass
+    else:
+        sys.exit(14)  # issue 55: as root, the machine's interrupts moved
 if os.geteuid() == 0 and os.getgroups():
     sys.exit(13)
 sys.exit(7)

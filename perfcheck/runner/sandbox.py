@@ -72,8 +72,9 @@ SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
 # daemon's socket there (GitHub's hosted runners: /var/run/docker.sock). /var/run is /run's link.
 MACHINE_HIDDEN = ("/run", "/var/run")
 # Kernel knobs shown read-only: as uid 0 (the example container) a process could write the
-# machine's sysctls (a piped kernel.core_pattern runs a program as root outside every wall).
-READ_ONLY_PROC = ("/proc/sys", "/proc/sysrq-trigger")
+# machine's sysctls (a piped kernel.core_pattern runs a program as root outside every wall) and
+# its interrupts' CPU affinities (/proc/irq). runc's read-only /proc paths, all of them.
+READ_ONLY_PROC = ("/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger")
 # The devices a sandbox shows, each bound from the machine's /dev into a /dev of its own: what
 # Python, torch and a GPU's runtime open (NVIDIA: nvidia0..N, nvidiactl, nvidia-uvm, nvidia-caps;
 # AMD: kfd, dri), never the rest (/dev/kmsg, /dev/kvm, disks, /dev/log's socket). A device on a
