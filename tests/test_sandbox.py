@@ -5,6 +5,7 @@ would write it, in real probe processes, forked from a fork server and started f
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -410,3 +411,80 @@ sys.exit(7)
         sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
     )
     assert done.returncode == 7, done.stderr
+
+
+@pytest.fixture
+def daemon_names(tmp_path: Path) -> Iterator[list[str]]:
+    """A stand-in daemon's socket where the machine keeps state (/var/tmp, else the home folder),
+    bound by a relative name (``/proc/net/unix`` then prints just ``d.sock``), and the other names
+    it has: a hard link in another folder, the same folder bound elsewhere. Issue 55: each reached
+    the daemon while the sandbox covered the sockets it could list."""
+    import subprocess as sp
+
+    parent = next((p for p in ("/var/tmp", str(Path.home())) if os.access(p, os.W_OK)), None)
+    if parent is None:
+        pytest.skip("no writable folder outside /tmp for a stand-in daemon")
+    folder = Path(tempfile.mkdtemp(prefix="perfcheck-daemon-", dir=parent))
+    other = Path(tempfile.mkdtemp(prefix="perfcheck-daemon-link-", dir=parent))
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        server.bind("d.sock")
+    finally:
+        os.chdir(here)
+    server.listen(8)
+    os.link(folder / "d.sock", other / "linked.sock")
+    names = [str(folder / "d.sock"), str(other / "linked.sock")]
+    mirror = Path(tempfile.mkdtemp(prefix="perfcheck-daemon-mirror-", dir=parent))
+    mounted = sp.run(["mount", "--bind", str(folder), str(mirror)], capture_output=True, check=False)
+    if mounted.returncode == 0:
+        names.append(str(mirror / "d.sock"))
+    try:
+        yield names
+    finally:
+        server.close()
+        if mounted.returncode == 0:
+            sp.run(["umount", str(mirror)], check=False)
+        for path in (folder / "d.sock", other / "linked.sock"):
+            path.unlink(missing_ok=True)
+        for path in (folder, other, mirror):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+
+
+@pytest.mark.e2e
+@needs_sandbox
+def test_no_name_of_a_machine_socket_reaches_a_sandbox(tmp_path: Path, daemon_names: list[str]) -> None:
+    """The sandbox's root holds only what it was given: the machine's /var, /home, /root do not
+    exist there, so the daemon is reached by none of its names; the interpreter still runs."""
+    visible = _interpreter()
+    # Folders of the machine the sandbox was not given (one that holds a folder it was given, the
+    # interpreter under /root/.pyenv, say, holds only that path).
+    gone = [
+        p
+        for p in ("/var", "/home", "/root", "/run", "/mnt")
+        if not any(v.startswith(p + "/") for v in visible)
+    ]
+    script = f"""
+import os, socket, sys
+for name in {daemon_names!r}:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        c.connect(name)
+    except OSError:
+        continue
+    sys.exit(11)
+for gone in {gone!r}:
+    if os.path.exists(gone):
+        sys.exit(12)
+import json  # the interpreter's own library still imports
+sys.exit(7)
+"""
+    walls = json.dumps(
+        {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
+    )
+    done = subprocess.run(
+        sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 7, (done.returncode, done.stderr)

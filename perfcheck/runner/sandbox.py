@@ -9,18 +9,22 @@ modules, write a compile cache base reads, or reach the orchestrator's descripto
 What a sandboxed process sees, built from Linux user, mount, PID, network and IPC namespaces, the
 mechanism rootless containers use (no privilege, no setuid helper):
 
-- the whole file system read-only: its own tree, perfcheck's install and interpreter, the review's
-  folder and every other path; writable only the folders ``view.writable`` names (its side's
-  compile caches), a private ``/tmp`` (its side's scratch folder) and a private ``/dev/shm``;
+- a root of its own, read-only, holding only what it was given (``shown_folders``): its own tree,
+  the interpreters and packages it imports, perfcheck's install, the review's folder, the
+  system's programs, libraries and settings (``SYSTEM_FOLDERS``: /usr, /etc, /sys, ...) and the
+  model caches the environment names; nothing else of the machine (/run, /var, /home, /root, /mnt,
+  /opt) exists inside, so no socket, FIFO or device there can be reached by any name it was bound
+  or linked by. Writable only the folders ``view.writable`` names (its side's compile caches), a
+  private ``/tmp`` (its side's scratch folder) and a private ``/dev/shm``;
 - ``view.hidden`` (the other side's tree, every compile cache of the review) replaced by an empty
   read-only folder, except what ``view.visible`` and ``view.writable`` put back;
 - a PID namespace of its own with a fresh ``/proc``: no other process of the machine can be named,
   so none can be traced, signalled, or entered through ``/proc/<pid>/root``, ``/fd`` or ``/mem``;
 - a network namespace with only loopback (torchrun's and gloo's rendezvous stay on the side) and
   System V IPC of its own;
-- none of the machine's socket folders (``/run``, ``/var/run``: a daemon's socket is reachable
-  through a read-only mount) and no socket file the machine has bound elsewhere (each covered by
-  ``/dev/null``, where ``connect()`` is refused), whoever's group owns it;
+- inside the folders it holds, no socket file the machine has bound there either (each that
+  ``/proc/net/unix`` names is covered by ``/dev/null``, where ``connect()`` is refused): a second
+  wall for a socket in a tree, the first being that the machine's socket folders are not there;
 - a ``/dev`` of its own with only the devices a probe uses (null, zero, full, random, urandom and
   the GPU's), its sysctls read-only, and for root no supplementary groups.
 
@@ -67,10 +71,23 @@ MOUNT_ATTR_RDONLY = 0x1
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (the unified syscall table)
 PR_SET_PDEATHSIG = 1
 SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
-# The machine's folders of sockets and daemons' state, hidden from every sandbox whatever its view
-# says: read-only mounts do not stop connect(), and a runner's user can often reach a privileged
-# daemon's socket there (GitHub's hosted runners: /var/run/docker.sock). /var/run is /run's link.
+# The machine's folders of sockets and daemons' state: a read-only mount does not stop connect(),
+# and a runner's user can often reach a privileged daemon's socket there (GitHub's hosted runners:
+# /var/run/docker.sock). Outside the allowlisted root anyway; hidden too where a view shows them.
 MACHINE_HIDDEN = ("/run", "/var/run")
+# What a sandbox's root holds of the machine, read-only, besides its view's folders (its tree,
+# the interpreters and packages it imports, perfcheck's install, the review's folder): the
+# system's programs, libraries and settings an interpreter, a C++ compiler and a GPU's runtime
+# read (merged-/usr links kept as links), and the kernel's view of the devices (/sys). Nothing else
+# of the machine exists inside, no /run, /var, /home, /root, /mnt, /opt or /srv: no socket, FIFO
+# or device file there has a name in the sandbox, whatever name it was bound or linked by.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
+# Where the environment says models and their weights are read from (read-only inside).
+DATA_ENV = ("HF_HOME", "HF_HUB_CACHE", "TORCH_HOME", "TRANSFORMERS_CACHE")
+# The root is built in a tmpfs mounted here, inside the side's scratch folder, then pivoted into.
+ROOT_MOUNT = ".perfcheck-root"
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
+MNT_DETACH = 2
 # Kernel knobs shown read-only: as uid 0 (the example container) a process could write the
 # machine's sysctls (a piped kernel.core_pattern runs a program as root outside every wall) and
 # its interrupts' CPU affinities (/proc/irq). runc's read-only /proc paths, all of them.
@@ -242,12 +259,14 @@ def _cover_sockets(paths: Sequence[str], cover_fd: int) -> None:
             _mount(f"/proc/self/fd/{cover_fd}", path, None, MS_BIND)
 
 
-def _private_dev(devices: dict[str, int]) -> None:
+def _private_dev(devices: dict[str, int], root: str = "") -> None:
     """A /dev of its own: a small tmpfs with the named devices bound in from their descriptors
     (opened before the tmpfs covers them), the usual links into /proc, and a private /dev/shm."""
-    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID, "size=64k,mode=0755")
+    dev = f"{root}/dev"
+    os.makedirs(dev, exist_ok=True)
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID, "size=64k,mode=0755")
     for name, fd in devices.items():
-        target = os.path.join("/dev", name)
+        target = os.path.join(dev, name)
         if stat.S_ISDIR(os.fstat(fd).st_mode):
             os.mkdir(target)
             _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC)
@@ -255,9 +274,62 @@ def _private_dev(devices: dict[str, int]) -> None:
             Path(target).touch()
             _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND)
     for name, points_to in DEV_LINKS.items():
-        os.symlink(points_to, os.path.join("/dev", name))
-    os.mkdir("/dev/shm")
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        os.symlink(points_to, os.path.join(dev, name))
+    os.mkdir(f"{dev}/shm")
+    _mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def shown_folders(view: View) -> list[str]:
+    """Every folder of the machine a sandbox's root holds (by real path, outermost first, none
+    inside another): the system's, the view's, and the data folders the environment names."""
+    real = os.path.realpath
+    wanted = [
+        *(p for p in SYSTEM_FOLDERS if not os.path.islink(p)),
+        *view.visible,
+        *view.writable,
+        *(dst for _, dst in view.moved),
+        *(os.environ[n] for n in DATA_ENV if os.environ.get(n, "").startswith("/")),
+    ]
+    found = sorted({real(p) for p in wanted if os.path.isdir(p)}, key=lambda p: (p.count("/"), p))
+    out: list[str] = []
+    for path in found:
+        if path != "/" and not any(holds(o, path) for o in out):
+            out.append(path)
+    return out
+
+
+def _allowlisted_root(view: View) -> str:
+    """A root of its own, made in a tmpfs: each of ``shown_folders`` bound in (recursively, as
+    it is), the system folders that are links (merged /usr) made as the same links, and empty
+    mount points for /tmp, /dev and /proc. Returns where it is, to be pivoted into."""
+    root = os.path.join(os.path.realpath(view.scratch), ROOT_MOUNT)
+    os.makedirs(root, exist_ok=True)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+    for link in (p for p in SYSTEM_FOLDERS if os.path.islink(p)):
+        os.symlink(os.readlink(link), f"{root}{link}")
+    for folder in shown_folders(view):
+        os.makedirs(f"{root}{folder}", exist_ok=True)
+        _mount(folder, f"{root}{folder}", None, MS_BIND | MS_REC)
+    os.makedirs(f"{root}/tmp", exist_ok=True)
+    # The machine's /proc, under the sandbox's own from its first process on: the kernel mounts a
+    # fresh proc in a user namespace only where one is already in full view there.
+    os.makedirs(f"{root}/proc", exist_ok=True)
+    _mount("/proc", f"{root}/proc", None, MS_BIND | MS_REC)
+    return root
+
+
+def _pivot(root: str) -> None:
+    """Into ``root``: the machine's root stacked on top of it and taken away (runc's
+    ``pivot_root(".", ".")``), so no path leads back to it."""
+    import platform
+
+    number = SYS_PIVOT_ROOT.get(platform.machine())
+    if number is None:
+        raise Unavailable(f"pivot_root: no syscall number known for {platform.machine()}")
+    os.chdir(root)
+    _check(_libc().syscall(number, b".", b"."), "pivot_root")
+    _check(_libc().umount2(b".", MNT_DETACH), "umount the machine's root")
+    os.chdir("/")
 
 
 def _build_mounts(view: View, sockets: Sequence[str]) -> None:
@@ -284,24 +356,31 @@ def _build_mounts(view: View, sockets: Sequence[str]) -> None:
     writable += list(moved)
     devices = {name: os.open(f"/dev/{name}", os.O_PATH | os.O_NOFOLLOW) for name in _device_names()}
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing made here reaches the machine's mounts
-    _mount(f"/proc/self/fd/{fds[real(view.scratch)]}", "/tmp", None, MS_BIND)
+    root = _allowlisted_root(view)
+    _mount(f"/proc/self/fd/{fds[real(view.scratch)]}", f"{root}/tmp", None, MS_BIND)
     layers = sorted({(p, 0) for p in hidden} | {(p, 1) for p in bound}, key=lambda x: (len(x[0]), x[1]))
     for path, kind in layers:
+        inside = f"{root}{path}"
         if kind == 0:
-            if os.path.isdir(path):  # gone already where /tmp, the scratch folder, covers it
-                _mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
+            # Hidden where the root holds it (not where /tmp, the scratch folder, covers it, nor
+            # outside every folder the root holds).
+            if os.path.isdir(inside) and not holds("/tmp", path):
+                _mount("tmpfs", inside, "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755")
             continue
-        os.makedirs(path, exist_ok=True)  # a mount point inside the empty folder that covers it
-        _mount(f"/proc/self/fd/{fds[path]}", path, None, MS_BIND | MS_REC)
+        os.makedirs(inside, exist_ok=True)  # a mount point inside the empty folder that covers it
+        _mount(f"/proc/self/fd/{fds[path]}", inside, None, MS_BIND | MS_REC)
     if "null" not in devices:
         raise Unavailable("the machine has no /dev/null to bind into the sandbox")
-    _cover_sockets([p for p in sockets if not holds("/dev", p)], devices["null"])  # /dev: replaced
-    _private_dev(devices)
+    # What is left of the machine's sockets inside the folders the root holds (a socket in the
+    # tree, say), covered too: connect() to a device is refused.
+    _cover_sockets([f"{root}{p}" for p in sockets if not holds("/dev", p)], devices["null"])
+    _private_dev(devices, root)
     for fd in [*fds.values(), *devices.values()]:
         os.close(fd)
-    _setattr("/", recursive=True, read_only=True)
+    _setattr(root, recursive=True, read_only=True)
     for path in ["/tmp", "/dev/shm", *writable]:
-        _setattr(path, recursive=False, read_only=False)
+        _setattr(f"{root}{path}", recursive=False, read_only=False)
+    _pivot(root)
 
 
 def _loopback_up() -> None:
