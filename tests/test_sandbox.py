@@ -488,3 +488,43 @@ sys.exit(7)
         sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
     )
     assert done.returncode == 7, (done.returncode, done.stderr)
+
+
+@pytest.mark.e2e
+@needs_sandbox
+def test_a_folder_the_operator_names_is_shown_read_only_and_nothing_beside_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = next((p for p in ("/var/tmp", str(Path.home())) if os.access(p, os.W_OK)), None)
+    if parent is None:
+        pytest.skip("no writable folder outside /tmp")
+    data = Path(tempfile.mkdtemp(prefix="perfcheck-data-", dir=parent))
+    beside = Path(tempfile.mkdtemp(prefix="perfcheck-beside-", dir=parent))
+    try:
+        (data / "rows.csv").write_text("1,2\n")
+        monkeypatch.setenv(sandbox.READ_ENV, str(data))
+        script = f"""
+import sys
+assert open({str(data / "rows.csv")!r}).read() == "1,2\\n"
+try:
+    open({str(data / "new")!r}, "w")
+except OSError:
+    pass
+else:
+    sys.exit(11)
+import os
+sys.exit(12 if os.path.exists({str(beside)!r}) else 7)
+"""
+        walls = json.dumps(
+            {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
+        )
+        done = subprocess.run(
+            sandbox.command(walls, [sys.executable, "-c", script]),
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 7, (done.returncode, done.stderr)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(beside, ignore_errors=True)

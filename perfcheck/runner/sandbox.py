@@ -84,6 +84,9 @@ MACHINE_HIDDEN = ("/run", "/var/run")
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
 # Where the environment says models and their weights are read from (read-only inside).
 DATA_ENV = ("HF_HOME", "HF_HUB_CACHE", "TORCH_HOME", "TRANSFORMERS_CACHE")
+# More folders of the machine to show read-only, absolute, separated by ':' (a dataset under
+# /data, say): the operator's, from the workflow's environment, never from the reviewed trees.
+READ_ENV = "PERFCHECK_SANDBOX_READ"
 # The root is built in a tmpfs mounted here, inside the side's scratch folder, then pivoted into.
 ROOT_MOUNT = ".perfcheck-root"
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41}
@@ -289,6 +292,7 @@ def shown_folders(view: View) -> list[str]:
         *view.writable,
         *(dst for _, dst in view.moved),
         *(os.environ[n] for n in DATA_ENV if os.environ.get(n, "").startswith("/")),
+        *(p for p in os.environ.get(READ_ENV, "").split(":") if p.startswith("/")),
     ]
     found = sorted({real(p) for p in wanted if os.path.isdir(p)}, key=lambda p: (p.count("/"), p))
     out: list[str] = []
