@@ -69,6 +69,16 @@ def test_head_cannot_touch_base_perfcheck_caches_or_the_orchestrator(
     assert all(r.status == "ok" for wl in result.workloads for r in [*wl.base, *wl.head])
 
 
+def _sandboxed(tmp_path: Path, script: str) -> subprocess.CompletedProcess[str]:
+    """``script`` run by this interpreter in a sandbox that shows it and nothing of the review."""
+    walls = json.dumps(
+        {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
+    )
+    return subprocess.run(
+        sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
+    )
+
+
 def _interpreter() -> list[str]:
     """What this interpreter needs to be seen inside a sandbox: its folders, as a review's walls
     list them (a checkout under /tmp, whose /tmp the sandbox replaces, is then still seen)."""
@@ -284,15 +294,7 @@ if os.geteuid() == 0 and os.getgroups():
     sys.exit(13)
 sys.exit(7)
 """
-        walls = json.dumps(
-            {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
-        )
-        done = subprocess.run(
-            sandbox.command(walls, [sys.executable, "-c", script]),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = _sandboxed(tmp_path, script)
         assert done.returncode == 7, done.stderr
     finally:
         server.close()
@@ -481,12 +483,7 @@ for gone in {gone!r}:
 import json  # the interpreter's own library still imports
 sys.exit(7)
 """
-    walls = json.dumps(
-        {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
-    )
-    done = subprocess.run(
-        sandbox.command(walls, [sys.executable, "-c", script]), capture_output=True, text=True, check=False
-    )
+    done = _sandboxed(tmp_path, script)
     assert done.returncode == 7, (done.returncode, done.stderr)
 
 
@@ -515,15 +512,7 @@ else:
 import os
 sys.exit(12 if os.path.exists({str(beside)!r}) else 7)
 """
-        walls = json.dumps(
-            {"scratch": str(tmp_path / "scratch"), "writable": [], "hidden": [], "visible": _interpreter()}
-        )
-        done = subprocess.run(
-            sandbox.command(walls, [sys.executable, "-c", script]),
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        done = _sandboxed(tmp_path, script)
         assert done.returncode == 7, (done.returncode, done.stderr)
     finally:
         shutil.rmtree(data, ignore_errors=True)
