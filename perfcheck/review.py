@@ -69,8 +69,6 @@ class ReviewRequest:
     config_origin: str = "given"  # a ConfigOrigin: where ``config`` came from
     program: str = "perfcheck"  # how perfcheck was started, as its verify commands start it
     rerun: list[str] = field(default_factory=list)  # the options a rerun repeats (--config, --device)
-    # The environment a rerun repeats: the variables that decide what the probes import (PYTHONPATH).
-    rerun_env: dict[str, str] = field(default_factory=dict)
     # With config_origin "head": the PR's perfcheck.yml as read before any probe ran (from the head
     # commit where it is a checkout), which probes.json carries to the report job.
     head_config: str | None = None
@@ -300,7 +298,6 @@ def probe(request: ReviewRequest, forks: ForkServers | None = None) -> ProbeRun:
             config_origin=request.config_origin,  # type: ignore[arg-type]
             program=request.program,
             rerun=request.rerun,
-            rerun_env=request.rerun_env,  # type: ignore[arg-type]
             # Read before the probes ran (config.read_settings): never the tree PR code has written to.
             head_config=request.head_config if request.config_origin == "head" else None,
             costs=budget.costs(),

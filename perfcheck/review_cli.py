@@ -20,7 +20,7 @@ EXIT_BAD_INPUT = 2
 
 def _request(args: argparse.Namespace) -> object:
     from perfcheck.config import read_settings
-    from perfcheck.review import ReviewRequest, parse_shard, rerun_environment
+    from perfcheck.review import ReviewRequest, parse_shard
 
     # Before any probe runs: a first adoption's perfcheck.yml is the PR's as committed.
     # Outside Actions a config being written (not yet committed) is the one tried.
@@ -35,7 +35,6 @@ def _request(args: argparse.Namespace) -> object:
         config=config,
         program=_program(),
         rerun=_rerun(args),
-        rerun_env=rerun_environment(),
         config_origin=settings.origin,
         head_config=settings.head_text,
         out_dir=args.out,

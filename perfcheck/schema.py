@@ -393,7 +393,11 @@ class ProbeRun(Strict):
     config_origin: ConfigOrigin | None = None
     program: Program = "perfcheck"
     rerun: list[RerunArg] = Field(default=[], max_length=12, description=RERUN_DESCRIPTION)
-    rerun_env: dict[RerunEnvName, RerunArg] = Field(default={}, description=RERUN_ENV_DESCRIPTION)
+    rerun_env: dict[RerunEnvName, RerunArg] = Field(
+        default={},
+        description="not read: the report side sets a rerun's environment from its own (a shard "
+        "comes from the job that ran PR code); kept so that older shards validate",
+    )
     head_config: str | None = Field(
         default=None,
         max_length=256 * 1024,

@@ -155,8 +155,8 @@ def _attached(events: list[_Event], every: list[_Event]) -> list[_Event]:
     return out
 
 
-def _cut_short(lb: LoggedBreak | None) -> bool:
-    return lb is not None and lb.reason.strip().startswith(_CUT_SHORT)
+def _cut_short(lb: LoggedBreak) -> bool:
+    return lb.reason.strip().startswith(_CUT_SHORT)
 
 
 def _stop_points_moved(events: list[_Event], logged: list[LoggedBreak]) -> list[_Event]:
@@ -257,7 +257,7 @@ def _add(
         place["first_compiles"] += 1
     elif place["after"] is None:
         place["after"] = after
-    if _cut_short(lb) and lb is not None and lb.compiling is not None:
+    if lb is not None and _cut_short(lb) and lb.compiling is not None:
         # The break itself, which made Dynamo run the rest of the frame it compiled eagerly.
         gave_up = named_code_location(lb.compiling, tree)
         place["gave_up"].setdefault(_at(gave_up), gave_up)
