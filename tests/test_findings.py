@@ -430,7 +430,10 @@ def test_a_head_that_fixes_what_torch_compile_rejected_on_base_passes(
     assert fixed.severity == "info" and "on base it failed" in fixed.message and fixed.evidence["base_error"]
     assert fixed.location is not None and fixed.location.code == "return shift(h) * h"
     assert result.verdict == "pass" and not result.inconclusive, (result.inconclusive, result.findings)
-    assert "torch.compile works again" in render_comment(result)
+    comment = render_comment(result)
+    assert "torch.compile works again" in comment
+    # The table says whose cells failed: a bare "failed" in Δ would read as the head's regression.
+    assert "| graphs / breaks | failed | 1 / 0 | base failed |" in comment
 
 
 # -- probes follow what the workload declares ----------------------------------------------------

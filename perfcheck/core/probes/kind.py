@@ -290,11 +290,14 @@ def status_cell(r: ProbeResult | None) -> str | None:
 def settled(rows: list[Row], b: ProbeResult | None, h: ProbeResult | None) -> list[Row]:
     """``rows`` as the table shows them where a side did not finish (failed, crashed, timed out,
     skipped): every cell of that side says its status, and so does every Δ, never a figure
-    computed against a side that has none (a failed head's ``-100 %``). Where both sides did not
-    finish with different statuses, the Δ names both, base first. A side that did not run (None)
-    keeps its cells; every probe's ``rows`` returns its rows through this."""
+    computed against a side that has none (a failed head's ``-100 %``). Where one side did not
+    finish, the Δ names that side ("base failed"): a bare "failed" beside a head that compiled reads
+    as the head's regression, under a review that passes because the head fixed base's failure.
+    Where both sides did not finish with different statuses, the Δ names both, base first. A side
+    that did not run (None) keeps its cells; every probe's ``rows`` returns its rows through this."""
     bs, hs = (r.status if r is not None and r.status != "ok" else None for r in (b, h))
     if bs is None and hs is None:
         return rows
-    delta = f"{bs} / {hs}" if bs and hs and bs != hs else (bs or hs or "")
+    both = bs if bs == hs else f"{bs} / {hs}"
+    delta = both if bs and hs else f"base {bs}" if bs else f"head {hs}"
     return [Row(row.metric, bs or row.base, hs or row.head, delta) for row in rows]
