@@ -298,6 +298,6 @@ def settled(rows: list[Row], b: ProbeResult | None, h: ProbeResult | None) -> li
     bs, hs = (r.status if r is not None and r.status != "ok" else None for r in (b, h))
     if bs is None and hs is None:
         return rows
-    both = bs if bs == hs else f"{bs} / {hs}"
+    both = f"{bs}" if bs == hs else f"{bs} / {hs}"
     delta = both if bs and hs else f"base {bs}" if bs else f"head {hs}"
     return [Row(row.metric, bs or row.base, hs or row.head, delta) for row in rows]
