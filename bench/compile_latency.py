@@ -27,7 +27,7 @@ from typing import Any
 from perfcheck.config import parse_config
 from perfcheck.measures import CompileMetrics
 from perfcheck.review import ReviewRequest, run
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO = REPO / "examples" / "demo" / "base"

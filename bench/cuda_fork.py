@@ -1,8 +1,8 @@
 """Which import initializes CUDA's driver, and whether a child forked after the fork server's
 imports can still use CUDA: ``python bench/cuda_fork.py`` on a GPU machine, one JSON line per case.
 
-Why: perfcheck/runner/forkserver.py serves only where its imports leave CUDA's driver uninitialized (a child
-forked after ``cuInit`` cannot use CUDA). On the H200's image the check said the driver was
+Why: perfcheck/runner/process/forkserver.py serves only where its imports leave CUDA's driver uninitialized (a
+child forked after ``cuInit`` cannot use CUDA). On the H200's image the check said the driver was
 initialized after the server's imports. ``torch.cuda.is_available()`` calls ``cudaGetDeviceCount``,
 which runs ``cuInit``, unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` asks it to count devices through
 NVML; this measures each import step both ways, then forks a child that runs a CUDA kernel.
@@ -26,12 +26,12 @@ STEPS = [
     "from perfcheck.runner import timing_worker, worker",
     "from perfcheck.runner.probes.lookup import load_builtin; load_builtin()",
     "import torch; torch.cuda.device_count()",
-    "from perfcheck.runner.forkserver_warmup import preimport; REFUSAL = preimport()",
+    "from perfcheck.runner.process.forkserver_warmup import preimport; REFUSAL = preimport()",
 ]
 
 CHILD = """
 import json, os, sys, time
-from perfcheck.runner.forkserver_warmup import cuda_driver_initialized
+from perfcheck.runner.process.forkserver_warmup import cuda_driver_initialized
 steps = json.loads(sys.argv[1])
 seen = []
 for step in steps:

@@ -1,5 +1,5 @@
 """Record one device pass of a workload on a GPU: its Kineto trace and the figures perfcheck reads
-from it, as a recorded input for the CPU tests of perfcheck/runner/device_metrics.py.
+from it, as a recorded input for the CPU tests of perfcheck/runner/timing/device_metrics.py.
 
     python bench/device_trace.py --workload mlp --steps 3 --out tests/data/h200-device-pass
 """
@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perfcheck.runner.timing_worker import Session
+from perfcheck.runner.timing.worker import Session
 from perfcheck.settings import TimingConfig, WorkloadConfig
 from perfcheck.spec import ProbeSpec
 

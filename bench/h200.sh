@@ -163,9 +163,9 @@ case "$1" in
     ;;
   walls)
     {
-      python3 -m perfcheck.runner.sandbox --check; echo "--check: exit code $?"
+      python3 -m perfcheck.runner.process.sandbox --check; echo "--check: exit code $?"
       view='{"scratch":"/tmp/walls-scratch","writable":[],"hidden":[],"visible":[]}'
-      python3 -m perfcheck.runner.sandbox "$view" -- python3 -c 'import os, torch, socket
+      python3 -m perfcheck.runner.process.sandbox "$view" -- python3 -c 'import os, torch, socket
 print("dev:", " ".join(sorted(os.listdir("/dev"))))
 print("run:", os.listdir("/run"))
 x = torch.randn(1024, 1024, device="cuda"); print("cuda matmul ok:", float((x @ x).sum()) == float((x @ x).sum()))
@@ -201,11 +201,11 @@ for line in open(sys.argv[1]):
           [(s["step"][:40], s["driver_initialized"]) for s in r["result"].get("steps", [])])' "$OUT/cuda-fork.jsonl"
     ;;
   forkserver)
-    # Per-side probes forked from a pre-imported server (perfcheck/runner/forkserver.py) on the GPU: whether the
+    # Per-side probes forked from a pre-imported server (perfcheck/runner/process/forkserver.py) on the GPU: whether the
     # server serves there (CUDA's driver must not be loaded by its imports), then the demo's per-side
     # probes on CUDA forked and fresh, each timed; the comments must agree.
     python3 - <<'PY' > "$OUT/forkserver-serves.txt" 2>&1
-from perfcheck.runner.forkserver_warmup import cuda_driver_initialized, preimport
+from perfcheck.runner.process.forkserver_warmup import cuda_driver_initialized, preimport
 print("refusal after the server's imports:", preimport())
 import torch
 torch.cuda.init()

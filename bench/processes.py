@@ -32,10 +32,10 @@ from typing import Any
 from perfcheck.core.stats import ProcessEstimate, process_ratio
 from perfcheck.core.timing_gate import decide, metric, sequential
 from perfcheck.measures import MetricChange, Plant, TimingChange, TimingProcess
+from perfcheck.runner.process.sides import pair_caches, side_caches
 from perfcheck.runner.review_run import SideSetup
-from perfcheck.runner.sides import pair_caches, side_caches
-from perfcheck.runner.timing import SIDES, Condition, run_pairs, shared_cpu
-from perfcheck.runner.timing_process import SideRecord
+from perfcheck.runner.timing.pairs import SIDES, Condition, run_pairs, shared_cpu
+from perfcheck.runner.timing.worker_process import SideRecord
 from perfcheck.settings import BudgetsConfig, CompileConfig, TimingConfig, WorkloadConfig
 from perfcheck.spec import ProbeSpec
 

@@ -1,5 +1,5 @@
-"""The per-side sandbox (perfcheck/runner/sandbox.py) on a real machine, as whole reviews: whether the machine
-can make one, a hostile head's attacks (tests/hostile_head.py) against a review on ``--device``,
+"""The per-side sandbox (perfcheck/runner/process/sandbox.py) on a real machine, as whole reviews: whether the
+machine can make one, a hostile head's attacks (tests/hostile_head.py) against a review on ``--device``,
 and what the sandbox costs a review (the demo, sandboxed and not, each timed).
 
     python bench/sandbox.py --device cuda --out /tmp/out/sandbox
@@ -51,7 +51,7 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     env = {k: v for k, v in os.environ.items() if k != "PERFCHECK_COMPILE_CACHE"}
     check = subprocess.run(
-        [sys.executable, "-m", "perfcheck.runner.sandbox", "--check"],
+        [sys.executable, "-m", "perfcheck.runner.process.sandbox", "--check"],
         capture_output=True,
         text=True,
         check=False,

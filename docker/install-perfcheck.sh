@@ -33,7 +33,7 @@ case "$kind" in
     if ! "$python" -c 'import numpy' 2>/dev/null; then
       "$python" -m pip install --no-cache-dir --disable-pip-version-check -c "$src/constraints.txt" numpy
     fi
-    "$python" -c 'import torch, perfcheck.runner.worker, perfcheck.runner.timing_worker'
+    "$python" -c 'import torch, perfcheck.runner.process.worker, perfcheck.runner.timing.worker'
     ;;
   bot)
     # The bot image holds the write token and must never need torch.

@@ -33,8 +33,8 @@ from perfcheck.core import probes as probe_kinds
 from perfcheck.core.compare import compare_workload
 from perfcheck.review import ReviewRequest, UsageError, sandboxed, select_probes, select_workloads
 from perfcheck.review import run as run_review
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.probe_process import probe_spec, run_probe
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.probe_process import probe_spec, run_probe
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.schema import Finding, ProbeResult, ProbeRun, Review, WorkloadReview
 from perfcheck.settings import WorkloadConfig
@@ -135,7 +135,7 @@ class _Probed:
             spec = probe_spec(self.run, wl, base.probe, side)
             kind = probe_kinds.get(base.probe)
             if kind is not None and kind.paired:
-                from perfcheck.runner.timing import run_paired
+                from perfcheck.runner.timing.pairs import run_paired
 
                 base_spec = probe_spec(self.run, wl, base.probe, self.run.base)
                 pair = run_paired(base_spec, spec, self.run.base, side, folder, self.run.config.budgets)

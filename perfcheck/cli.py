@@ -193,7 +193,7 @@ def _no_workflow_commands() -> Iterator[None]:
 def _stop(signum: int, frame: object) -> None:
     # Every process of the review ends here, before the exception unwinds through the thread pools,
     # whose shutdown would otherwise wait for every probe still running.
-    from perfcheck.runner import reaper
+    from perfcheck.runner.process import reaper
 
     reaper.stop_all()
     raise Terminated if signum == signal.SIGTERM else KeyboardInterrupt
@@ -201,7 +201,7 @@ def _stop(signum: int, frame: object) -> None:
 
 def _stopped(stop: BaseException) -> int:
     """One line for a review stopped by Ctrl-C or SIGTERM; a straggler started meanwhile is ended."""
-    from perfcheck.runner import reaper
+    from perfcheck.runner.process import reaper
 
     reaper.stop_all()
     name = stop_name(stop)

@@ -189,7 +189,7 @@ class CompileSample(Strict):
         default=False,
         description="an untimed cache-cold compile ran before it, its process's warm-up having read "
         "the compiled model from the caches: every sample follows a compile that traced and lowered "
-        "in that process (perfcheck/runner/cold_compile.py)",
+        "in that process (perfcheck/runner/latency/cold_compile.py)",
     )
 
 

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from perfcheck import __version__
-from perfcheck.runner import sandbox
-from perfcheck.runner.loader import import_roots
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process import sandbox
+from perfcheck.runner.process.loader import import_roots
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 from perfcheck.settings import WorkloadConfig
 
@@ -374,7 +374,8 @@ def check_sandboxed_imports(
 
 
 def sandboxed(env: Mapping[str, str], unavailable: Callable[[], str | None]) -> tuple[bool, str | None]:
-    """Whether the probes run in per-side sandboxes (perfcheck/runner/sandbox.py), and what to warn about.
+    """Whether the probes run in per-side sandboxes (perfcheck/runner/process/sandbox.py), and what to warn
+    about.
 
     In GitHub Actions a review without them is refused: PR code would run with the rights of
     everything it is compared against, and a required check it can pass by rewriting base is no

@@ -31,15 +31,15 @@ from perfcheck.core.matrix import merged
 from perfcheck.core.render import headline, render_comment
 from perfcheck.core.reports import render_html
 from perfcheck.core.setup_faults import both_sides_missing
-from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
-from perfcheck.runner.callgrind import valgrind
-from perfcheck.runner.changes import mark_changes
-from perfcheck.runner.forkserver import ForkServers
+from perfcheck.runner.latency.callgrind import valgrind
 from perfcheck.runner.orchestrate import grouped, run_review
-from perfcheck.runner.reuse import store_problem
+from perfcheck.runner.process import sandbox
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.sides import probe_env, side_walls
+from perfcheck.runner.reuse.store import store_problem
 from perfcheck.runner.review_run import ReviewRun, SideSetup
-from perfcheck.runner.sides import probe_env, side_walls
+from perfcheck.runner.source.changes import mark_changes
 from perfcheck.schema import ProbeResult, ProbeRun, Review, Shard, SideInfo, WorkloadReview
 from perfcheck.settings import WorkloadConfig
 from perfcheck.stopping import STOPS, stop_name
@@ -72,7 +72,7 @@ class ReviewRequest:
     # With config_origin "head": the PR's perfcheck.yml as read before any probe ran (from the head
     # commit where it is a checkout), which probes.json carries to the report job.
     head_config: str | None = None
-    # The store of base's structural results (perfcheck/runner/reuse.py).
+    # The store of base's structural results (perfcheck/runner/reuse/store.py).
     record_base: Path | None = None
     reuse_base: Path | None = None
 
@@ -583,7 +583,7 @@ def rerun_of(runs: list[tuple[str, ProbeRun]]) -> tuple[str, list[str]]:
 
 def run(request: ReviewRequest, forks: ForkServers | None = None) -> tuple[Review, str]:
     """Probe and report; ``forks``: fork servers kept across several reviews
-    (perfcheck/runner/forkserver.py)."""
+    (perfcheck/runner/process/forkserver.py)."""
     scope = (request.config, request.workloads, request.probes)
 
     def reported(probed: ProbeRun) -> tuple[Review, str]:

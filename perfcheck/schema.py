@@ -83,7 +83,7 @@ TreePath = Annotated[str, AfterValidator(tree_path)]
 
 
 class Reused(Strict):
-    """Where a reused result came from: the run that recorded it (perfcheck/runner/reuse.py)."""
+    """Where a reused result came from: the run that recorded it (perfcheck/runner/reuse/store.py)."""
 
     commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{7,40}$", description="base's commit then")
     run: str | None = Field(

@@ -37,9 +37,10 @@ def side_files(probes_dir: Path, side: str) -> Path:
 
 
 class Walls(BaseModel):
-    """What a side's probe processes see besides a read-only file system (perfcheck/runner/sandbox.py): its
-    own scratch folder as /tmp, the folders it may write, those hidden from it (the other side's
-    tree, every compile cache of the review) and those put back read-only inside a hidden one."""
+    """What a side's probe processes see besides a read-only file system
+    (perfcheck/runner/process/sandbox.py): its own scratch folder as /tmp, the folders it may write, those
+    hidden from it (the other side's tree, every compile cache of the review) and those put back read-only
+    inside a hidden one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -79,7 +80,7 @@ class ProbeSpec(BaseModel):
     # launches the (empty) sleep kernel on a side planted with 0 %, so that both sides launch the
     # same kernels and only time tells them apart.
     plant: Plant | None = None
-    # The compile_latency worker's plan (perfcheck/runner/latency_runs.py); None for every other probe.
+    # The compile_latency worker's plan (perfcheck/runner/latency/runs.py); None for every other probe.
     latency: LatencyPlan | None = None
     # The sandbox its processes run in; None: none (the machine has none and this is not Actions,
     # or PERFCHECK_SANDBOX=0). Read by the orchestrator, not the worker.

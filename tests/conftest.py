@@ -17,8 +17,8 @@ from fakegithub.fixtures import fake_github  # noqa: F401  (the local GitHub, fo
 from perfcheck.config import Config, parse_config
 from perfcheck.core import probes as probe_registry
 from perfcheck.review import ReviewRequest, run
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 from perfcheck.schema import Review
 
 # The cores this test session may use, before an xdist worker keeps to one of them.
@@ -162,7 +162,7 @@ ReviewFn = Callable[..., Review]
 @pytest.fixture(scope="session")
 def fork_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ForkServers]:
     """One set of fork servers for an xdist worker's reviews, as a process running several reviews
-    would keep (perfcheck/runner/forkserver.py): torch is imported once per environment a test
+    would keep (perfcheck/runner/process/forkserver.py): torch is imported once per environment a test
     asks for (a server per interpreter and environment, at most four idle), not once per review or
     per module. A test that ends a server, or needs a review's own, runs without this fixture."""
     with ForkServers(tmp_path_factory.mktemp("forkservers")) as servers:

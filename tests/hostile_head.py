@@ -1,5 +1,5 @@
-"""A head as an attacker would write it against the per-side sandbox (perfcheck/runner/sandbox.py): its
-build() tries each attack and prints what happened. Used by tests/test_sandbox.py on the CPU and
+"""A head as an attacker would write it against the per-side sandbox (perfcheck/runner/process/sandbox.py):
+its build() tries each attack and prints what happened. Used by tests/test_sandbox.py on the CPU and
 by bench/sandbox.py through the device tool on a GPU (standard library only, no pytest)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from perfcheck.core.reports import render_html
 from perfcheck.measures import CompileMetrics, GraphBreak, NestingBlock, SourceLocation
 from perfcheck.report_cli import add_html_parser
 from perfcheck.review import assemble
-from perfcheck.runner.nesting import blocks_around, blocks_in_file
+from perfcheck.runner.source.nesting import blocks_around, blocks_in_file
 from perfcheck.schema import ProbeResult, Review, WorkloadReview, load_review
 
 # ---------------------------------------------------------------- the ast depth, on tricky code

@@ -1,5 +1,5 @@
 """Base's compile cache packed beside its record and unpacked for a review that reuses it
-(perfcheck/runner/cache_archive.py): what was packed comes back byte for byte, and an archive
+(perfcheck/runner/reuse/cache_archive.py): what was packed comes back byte for byte, and an archive
 that is not the record's, or would write anywhere but its own folder, unpacks nothing."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from perfcheck.runner.cache_archive import ArchiveError, pack, unpack
+from perfcheck.runner.reuse.cache_archive import ArchiveError, pack, unpack
 
 
 def _tree(root: Path) -> dict[str, bytes]:

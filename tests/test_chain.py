@@ -27,7 +27,7 @@ from conftest import git, git_commit
 from fakegithub import FakeGitHub
 from fakegithub.state import PullCommit
 
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEMO = REPO_ROOT / "examples" / "demo"

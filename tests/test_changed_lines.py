@@ -1,11 +1,11 @@
-"""The lines a change made, read from both trees (perfcheck/runner/changes.py): fast, no process."""
+"""The lines a change made, read from both trees (perfcheck/runner/source/changes.py): fast, no process."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from perfcheck.runner.changes import changed_lines, read_lines
+from perfcheck.runner.source.changes import changed_lines, read_lines
 
 
 def test_the_lines_a_change_added_or_rewrote_are_changed_and_moved_lines_are_not() -> None:

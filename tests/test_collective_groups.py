@@ -1,6 +1,6 @@
 """Each collective's process group across graph breaks (issue 44, item 4): the comparison of the
 ddp and fsdp probes' recorded calls (perfcheck/core/probes/collective_groups.py) and the reading
-of the flight recorder's entries (perfcheck/runner/comm_groups.py). The entries below have the
+of the flight recorder's entries (perfcheck/runner/distributed/comm_groups.py). The entries below have the
 shape torch 2.13's gloo flight recorder gave for a model that all-reduces on a group of its own in
 forward and, on head, after a print that breaks the graph, and the one Inductor's output code
 gives (its frames cut to the ones that matter; NCCL's recorder, on an H100 with torch 2.11, gave
@@ -169,7 +169,7 @@ def _frame(name: str, filename: str, line: int) -> dict[str, Any]:
 
 @pytest.fixture
 def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    from perfcheck.runner import comm_groups
+    from perfcheck.runner.distributed import comm_groups
 
     tree = tmp_path / "tree"
     tree.mkdir()
@@ -230,7 +230,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_the_recorders_entries_read_as_calls_with_their_group_and_place(recorded: Path) -> None:
-    from perfcheck.runner import comm_groups
+    from perfcheck.runner.distributed import comm_groups
 
     assert comm_groups.mark() == 9
     sites = comm_groups.GraphSites()
@@ -266,7 +266,7 @@ def test_the_recorders_entries_read_as_calls_with_their_group_and_place(recorded
 
 def test_gloos_collectives_take_the_size_of_the_group_they_were_recorded_on() -> None:
     from perfcheck.core.probes.ddp import Collective
-    from perfcheck.runner.comm_groups import with_group_sizes
+    from perfcheck.runner.distributed.comm_groups import with_group_sizes
 
     # gloo's trace: every collective over the world's 2 ranks, whatever its group.
     traced = [

@@ -25,9 +25,9 @@ from perfcheck.core.compare import compare
 from perfcheck.core.probes.compile import rows as compile_rows
 from perfcheck.core.probes.kind import Row
 from perfcheck.measures import CompileLatency, CompileMetrics, CompileSample, TimingMetrics
-from perfcheck.runner import callgrind
-from perfcheck.runner.latency_runs import choose
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.latency import callgrind
+from perfcheck.runner.latency.runs import choose
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 from perfcheck.schema import ProbeResult, WorkloadReview
 from perfcheck.settings import CompileConfig
 
@@ -264,7 +264,8 @@ def test_callgrind_that_overruns_its_limit_is_stopped_and_the_wall_clock_samples
     undecided, on its estimate; on a machine busier than that estimate its processes are stopped
     at twice the estimate, and the wall-clock compiles stand. (Here the wall clock is told
     undecided once, and callgrind's estimate and limit are told: a second.)"""
-    from perfcheck.runner import latency_more, latency_runs
+    from perfcheck.runner.latency import more_pairs as latency_more
+    from perfcheck.runner.latency import runs as latency_runs
 
     told = latency_runs.Choice("callgrind", estimate_s=1.0, limit_s=2.0)
     monkeypatch.setattr(latency_runs, "choose", lambda *a, **k: told)
@@ -309,7 +310,7 @@ def test_wall_clock_compiles_are_made_in_the_timing_pairs_alternating_sides(
     )
     probes_dir = tmp_path / "out" / "probes"
     # No process of its own for the first look's pairs; an undecided first look buys more pairs, a
-    # round at a time, each round a process a side (perfcheck/runner/latency_more.py).
+    # round at a time, each round a process a side (perfcheck/runner/latency/more_pairs.py).
     assert all(
         p.name.split("-", 2)[2].startswith("compile_latency-more")
         for p in probes_dir.glob("*compile_latency*")
@@ -357,7 +358,7 @@ def test_several_workloads_make_their_samples_together_after_their_timing(
     samples are made at once: one step of the review, not one per workload. With more per-side
     probes than slots (four compiles, two at once), head's compiles wait for base's and start from
     its cache."""
-    from perfcheck.runner import timing
+    from perfcheck.runner.timing import pairs as timing
 
     monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 4)  # 2 owed + a first look of 3: no
     config = TWO_WORKLOADS
@@ -389,7 +390,7 @@ def test_a_workloads_samples_are_made_while_the_next_workloads_timing_workers_se
     """Where the machine has a core for each process (here told so: the samples' two pairs and the
     next workload's first look of three), the first workload's samples are made in a thread beside
     the next workload's set-up, before any of its pairs is timed; the last workload's alone."""
-    from perfcheck.runner import timing
+    from perfcheck.runner.timing import pairs as timing
 
     monkeypatch.setattr(timing, "latency_batch_pairs", lambda: 5)
     result = review(
@@ -518,7 +519,7 @@ def _compiled(base: list[CompileSample], head: list[CompileSample]) -> dict[str,
 
 
 def test_an_undecided_wall_clock_takes_rounds_of_pairs_until_it_decides_within_the_budget() -> None:
-    from perfcheck.runner import latency_more
+    from perfcheck.runner.latency import more_pairs as latency_more
 
     config = parse_config("{}", "c.yml")
     base = [_sample(1.0, 2.0, "wall"), _sample(1.0, 2.4, "wall"), _sample(1.0, 1.6, "wall")]

@@ -4,7 +4,7 @@ The attacks are workloads, as a PR would write them: one forks a daemon into a s
 that rewrites the aggregated results after the probe has ended; one writes a forged result where
 the old worker wrote its result file, and exits before the worker could.
 
-Both run without the per-side sandbox (perfcheck/runner/sandbox.py), which would stop them sooner (the
+Both run without the per-side sandbox (perfcheck/runner/process/sandbox.py), which would stop them sooner (the
 results folder is read-only inside it, and a daemon dies with its PID namespace): these are the
 defences beneath it, which hold where a machine cannot make one.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from conftest import ReviewFn, fast_config, write_tree
 
-from perfcheck.runner import reaper, sandbox
+from perfcheck.runner.process import reaper, sandbox
 
 DAEMON = """\
 import os

@@ -13,10 +13,10 @@ from conftest import ReviewFn, write_tree
 from perfcheck.config import Config, parse_config
 from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, custom_op_findings
 from perfcheck.core.render import render_comment
-from perfcheck.runner.loader import load_build
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.runner.probes.custom_op_probe import summarize
 from perfcheck.runner.probes.lookup import get_probe
+from perfcheck.runner.process.loader import load_build
 from perfcheck.schema import Finding, ProbeResult
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import ProbeSpec

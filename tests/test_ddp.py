@@ -15,9 +15,9 @@ from conftest import ReviewFn, write_tree
 from perfcheck.config import Config, parse_config
 from perfcheck.core.matrix import resolve
 from perfcheck.core.probes.ddp import DdpMetrics, DdpVariantMetrics, RankGraphs, findings
-from perfcheck.runner import sandbox
-from perfcheck.runner.comm_trace import collectives, comm_overlap_pct
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.distributed.comm_trace import collectives, comm_overlap_pct
+from perfcheck.runner.process import sandbox
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 from perfcheck.schema import ProbeResult
 
 # Six 512×512 layers: with 1 MB buckets each layer is its own bucket, so DDPOptimizer splits.
@@ -352,7 +352,7 @@ def test_with_defaults_in_the_sandbox_ranks_that_compile_different_graphs_fail_t
 
 
 def test_the_ranks_error_is_the_exceptions_line_not_a_source_line_that_names_it() -> None:
-    from perfcheck.runner.torchrun import first_error
+    from perfcheck.runner.distributed.torchrun import first_error
 
     output = """[rank0]:   File "torch/_library/autograd.py", line 84, in backward
 [rank0]:     raise RuntimeError(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from perfcheck.measures import DeviceStep
-from perfcheck.runner.device_metrics import device_step, from_trace, pooled
+from perfcheck.runner.timing.device_metrics import device_step, from_trace, pooled
 
 DATA = Path(__file__).parent / "data"
 

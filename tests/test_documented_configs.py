@@ -15,8 +15,8 @@ from conftest import DEMO, REPO
 from perfcheck.config import parse_config
 from perfcheck.measures import CompileMetrics
 from perfcheck.review import ReviewRequest, run
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 
 README = REPO / "README.md"
 CONFIGURATION = REPO / "docs" / "configuration.md"

@@ -171,7 +171,7 @@ def test_every_probe_shows_a_side_that_did_not_finish_in_its_cells_and_deltas() 
 
 def test_a_probe_logs_tail_is_read_from_its_end_only(tmp_path: Path) -> None:
     # Issue 45: a 400 MB probe log, read whole for its last lines, took the orchestrator to 1.09 GB.
-    from perfcheck.runner.probe_process import LOG_TAIL_BYTES, log_tail
+    from perfcheck.runner.process.probe_process import LOG_TAIL_BYTES, log_tail
 
     log = tmp_path / "probe.log"
     with log.open("w") as f:

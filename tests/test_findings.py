@@ -586,7 +586,7 @@ def test_a_place_outside_the_tree_is_shown_relative_to_its_package_and_never_ann
     import torch.nn.modules.linear
 
     from perfcheck.bot.checks import annotation
-    from perfcheck.runner.locate import to_location
+    from perfcheck.runner.source.locate import to_location
 
     frame = traceback.FrameSummary(
         torch.nn.modules.linear.__file__, 125, "forward", line="return F.linear(x)"
@@ -636,7 +636,7 @@ def test_a_frame_is_named_by_the_code_object_that_holds_its_line(tmp_path: Path)
     break (Dynamo's resume function) by the function it resumes."""
     import traceback
 
-    from perfcheck.runner.locate import lines_of, qualified_name, to_location, user_name
+    from perfcheck.runner.source.locate import lines_of, qualified_name, to_location, user_name
 
     text = "class A:\n    def f(self):\n        return 1\n\n\nclass B:\n    def f(self):\n        return 1\n"
     model = write_tree(tmp_path, {"model.py": text}) / "model.py"

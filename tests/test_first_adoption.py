@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import git, git_commit, perfcheck_cli, write_tree
 
-from perfcheck.runner import sandbox
+from perfcheck.runner.process import sandbox
 
 # A graph break in head (base has none), so the default budget, 0 new breaks, fails the review.
 MODEL = """\

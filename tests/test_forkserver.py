@@ -1,6 +1,7 @@
-"""Per-side probe processes fork from a server that imported torch once (perfcheck/runner/forkserver.py):
-each still runs as a fresh process would, alone in its session, holding none of the server's
-descriptors; a server that cannot start or dies sends the probes back to fresh processes."""
+"""Per-side probe processes fork from a server that imported torch once
+(perfcheck/runner/process/forkserver.py): each still runs as a fresh process would, alone in its session,
+holding none of the server's descriptors; a server that cannot start or dies sends the probes back to fresh
+processes."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import pytest
 from conftest import ReviewFn, fast_config, write_tree
 
 from perfcheck.review import ReviewRequest, run
-from perfcheck.runner import sandbox
-from perfcheck.runner.forkserver import DISABLE_ENV, ForkServers
+from perfcheck.runner.process import sandbox
+from perfcheck.runner.process.forkserver import DISABLE_ENV, ForkServers
 
 # These look at the server from its children (its command line, its pid, killing it), which a
 # sandboxed child cannot (it has a PID namespace of its own: test_sandbox.py); they run unsandboxed.
@@ -61,7 +62,7 @@ from torch import nn
 
 def build(device):
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-        if b"perfcheck.runner.forkserver" in f.read():
+        if b"perfcheck.runner.process.forkserver" in f.read():
             os.kill(os.getppid(), signal.SIGKILL)
     return nn.Linear(4, 2).to(device), (torch.randn(3, 4).to(device),)
 """
@@ -86,9 +87,9 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
     assert {r["cwd"] for r in forked} == {str(base.resolve()), str(head.resolve())}
     assert len({r["parent_pid"] for r in forked}) == 1  # one server for the review's one interpreter
     for r in forked:
-        assert "perfcheck.runner.forkserver" in r["parent"]
+        assert "perfcheck.runner.process.forkserver" in r["parent"]
         assert r["own_session"] and r["sockets"] == [], r  # nothing of the server's is held
-        assert r["main"] == "perfcheck.runner.worker" and r["argv"][1] == "fd:3"
+        assert r["main"] == "perfcheck.runner.process.worker" and r["argv"][1] == "fd:3"
         # The server counts CUDA devices through NVML (CUDA's driver stays uninitialized, so its
         # children can use CUDA); the child has the environment it asked for.
         assert r["parent_nvml_check"] and r["nvml_check"] is None, r
@@ -97,8 +98,8 @@ def test_per_side_probes_fork_from_one_server_and_run_as_fresh_processes(
     monkeypatch.setenv(DISABLE_ENV, "0")
     review(base, head, fast_config(), probes=("compile",))
     fresh = _records(record)
-    assert fresh and all("perfcheck.runner.forkserver" not in r["parent"] for r in fresh)
-    assert all(r["own_session"] and r["main"] == "perfcheck.runner.worker" for r in fresh)
+    assert fresh and all("perfcheck.runner.process.forkserver" not in r["parent"] for r in fresh)
+    assert all(r["own_session"] and r["main"] == "perfcheck.runner.process.worker" for r in fresh)
 
 
 @pytest.mark.e2e
@@ -127,7 +128,10 @@ def test_a_server_that_cannot_start_means_fresh_processes(tmp_path: Path) -> Non
     with ForkServers(tmp_path) as servers:
         for _ in range(2):
             env = dict(os.environ)
-            assert servers.fork("/bin/false", "perfcheck.runner.worker", [], str(tmp_path), env, 1, 2) is None
+            assert (
+                servers.fork("/bin/false", "perfcheck.runner.process.worker", [], str(tmp_path), env, 1, 2)
+                is None
+            )
     assert [p.name for p in tmp_path.iterdir()] == ["forkserver-0.log"]  # tried once, not per probe
 
 

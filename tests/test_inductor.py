@@ -7,7 +7,7 @@ from conftest import DEMO, ReviewFn
 
 from perfcheck.config import load_config
 from perfcheck.measures import CompileMetrics
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 
 
 @pytest.mark.inductor

@@ -32,7 +32,7 @@ from perfcheck.measures import (
     MetricChange,
     TimingChange,
 )
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 from perfcheck.schema import Acknowledgement, Finding, Review, SideInfo, load_review
 
 DEMO_RESULT = Path(__file__).parent / "data" / "demo-result.json"

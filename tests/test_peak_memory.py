@@ -9,7 +9,7 @@ import pytest
 
 READ = (
     "import resource\n"
-    "from perfcheck.runner.peak_memory import peak_rss_mb\n"
+    "from perfcheck.runner.timing.peak_memory import peak_rss_mb\n"
     "print(peak_rss_mb(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"
 )
 

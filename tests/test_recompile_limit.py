@@ -19,7 +19,7 @@ from perfcheck.config import parse_config
 from perfcheck.core.probes.compile import compare
 from perfcheck.core.render import render_comment
 from perfcheck.measures import CompileMetrics, Recompile, RecompileLimitHit, SourceLocation
-from perfcheck.runner import limit_log
+from perfcheck.runner.dynamo import limit_log
 from perfcheck.schema import ProbeResult
 
 MODEL = """\
@@ -137,7 +137,7 @@ def test_what_the_probe_hears_is_what_dynamo_counts(tmp_path: Path, limits: dict
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
     from torch._dynamo.utils import counters
 
-    from perfcheck.runner.dynamo_stats import cache_entries
+    from perfcheck.runner.dynamo.stats import cache_entries
 
     root = _tree(tmp_path / "w", count=COUNT)
     spec = importlib.util.spec_from_file_location(f"limit_model_{hit}", root / "model.py")

@@ -1,5 +1,5 @@
 """Base's structural results reused from a store only a trusted run writes (issue 41 parts 2 and 3,
-perfcheck/core/records.py, perfcheck/runner/reuse.py): what a record is keyed by and when one is
+perfcheck/core/records.py, perfcheck/runner/reuse/store.py): what a record is keyed by and when one is
 refused, and real reviews: a reused review says and finds what a cold one does, and a head, or a
 store edited by hand, cannot make a review take a result that is not this base's."""
 
@@ -19,12 +19,12 @@ from perfcheck.core.records import Record, RecordError, RecordKey, make_record, 
 from perfcheck.core.render import cost_line
 from perfcheck.measures import Environment
 from perfcheck.review import ReviewRequest, run
-from perfcheck.runner import sandbox
 from perfcheck.runner.budget import Budget
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.reads import Reads
-from perfcheck.runner.reuse import file_sha256, store_problem
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process import sandbox
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
+from perfcheck.runner.reuse.reads import Reads
+from perfcheck.runner.reuse.store import file_sha256, store_problem
 from perfcheck.schema import ProbeResult, Review
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import ProbeSpec

@@ -1,5 +1,5 @@
-"""Each side's probe processes run in a sandbox of their own (issue 29, perfcheck/runner/sandbox.py): head's
-code cannot rewrite base's tree, perfcheck's install or base's compile cache, cannot reach the
+"""Each side's probe processes run in a sandbox of their own (issue 29, perfcheck/runner/process/sandbox.py):
+head's code cannot rewrite base's tree, perfcheck's install or base's compile cache, cannot reach the
 orchestrator's descriptors, and shares no /tmp with anything. Performed by a hostile head as a PR
 would write it, in real probe processes, forked from a fork server and started fresh."""
 
@@ -22,9 +22,10 @@ from conftest import ReviewFn, model_tree, write_tree
 from hostile_head import ATTACKS, HOSTILE, attacks_in
 
 from perfcheck import preflight
-from perfcheck.runner import orchestrate, sandbox, sides
-from perfcheck.runner.forkserver import DISABLE_ENV as FORKSERVER_ENV
-from perfcheck.runner.sides import SHARED_CACHE_ENV, interpreter_folders
+from perfcheck.runner import orchestrate
+from perfcheck.runner.process import sandbox, sides
+from perfcheck.runner.process.forkserver import DISABLE_ENV as FORKSERVER_ENV
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV, interpreter_folders
 
 needs_sandbox = pytest.mark.skipif(
     sandbox.unavailable() is not None, reason=f"no sandbox here: {sandbox.unavailable()}"

@@ -15,7 +15,7 @@ from perfcheck.core.render import render_comment
 from perfcheck.measures import CompileMetrics
 from perfcheck.runner.budget import prior
 from perfcheck.runner.orchestrate import _Review
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 from perfcheck.schema import ProbeResult
 
 # Each call of build() takes this long: a model whose every probe is slow the same way (a large

@@ -19,7 +19,7 @@ from conftest import SESSION_CPUS, ReviewFn, write_tree
 
 from perfcheck.config import Config, parse_config
 from perfcheck.measures import TimingMetrics
-from perfcheck.runner.timing import shared_cpu
+from perfcheck.runner.timing.pairs import shared_cpu
 from perfcheck.schema import Review
 
 HEAVY = """\
@@ -194,7 +194,7 @@ def test_holding_a_large_buffer_is_a_memory_regression(review: ReviewFn, tmp_pat
     assert grew.severity == "error"
     # 400 MB held on head, and the peak is each worker's own: getrusage's figure would carry the
     # size of the process that started it (late in a suite, a pytest worker of ~480 MB), which
-    # once hid all but 159 MB of these 400 (perfcheck/runner/peak_memory.py).
+    # once hid all but 159 MB of these 400 (perfcheck/runner/timing/peak_memory.py).
     assert 350 < grew.evidence["head_mb"] - grew.evidence["base_mb"] < 450, grew.evidence
 
 

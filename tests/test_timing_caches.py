@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfcheck.runner.sides import MERGED_MARK, merge_caches, pair_caches, side_caches
+from perfcheck.runner.process.sides import MERGED_MARK, merge_caches, pair_caches, side_caches
 
 
 def _write(path: Path, text: str) -> None:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import write_tree
 
-from perfcheck.runner import sandbox
-from perfcheck.runner.sides import SHARED_CACHE_ENV
+from perfcheck.runner.process import sandbox
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV
 
 MODEL = """\
 import torch

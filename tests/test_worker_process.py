@@ -2,7 +2,7 @@
 
 An eager timing worker must not pay for Dynamo (about as much again as torch itself) unless
 something in it compiles; and every worker ends as ``sys.exit(main())`` would, less the
-interpreter's teardown (perfcheck/runner/process_end.py)."""
+interpreter's teardown (perfcheck/runner/process/end.py)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,13 @@ import sys
 import pytest
 import torch
 
-from perfcheck.runner import dynamo_stats
+from perfcheck.runner.dynamo import stats as dynamo_stats
 
 
 @pytest.mark.e2e
 def test_an_eager_timing_worker_does_not_import_dynamo() -> None:
     probe = (
-        "import sys, perfcheck.runner.timing_worker\n"
+        "import sys, perfcheck.runner.timing.worker\n"
         "print(sorted(m for m in ('torch._dynamo', 'torch._inductor') if m in sys.modules))"
     )
     done = subprocess.run(
@@ -36,7 +36,7 @@ def test_the_counters_read_what_dynamo_counted_once_it_is_loaded() -> None:
 
 ENDING = """\
 import atexit, sys, threading, time
-from perfcheck.runner.process_end import run_and_end
+from perfcheck.runner.process.end import run_and_end
 
 def main():
     atexit.register(lambda: print("atexit ran"))
@@ -77,8 +77,8 @@ def test_a_worker_ends_with_its_exit_code_its_output_and_its_atexit_handlers(
 
 ON_CORES = """\
 import os, sys, threading
-from perfcheck.runner.cold_compile import on_cores
-from perfcheck.runner.timing_worker import pin_to
+from perfcheck.runner.latency.cold_compile import on_cores
+from perfcheck.runner.timing.worker import pin_to
 
 cores = set(map(int, sys.argv[1].split(",")))
 os.sched_setaffinity(0, cores)

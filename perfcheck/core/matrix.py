@@ -436,7 +436,7 @@ def _fill(command: str, finding: Finding, where: Where, latency: bool = False) -
         "head_trace": f"{where.out}/{traces[1]}" if traces else "",
     }
     # Where a verify review's probes wrote torch's structured trace, with TORCH_TRACE set: each
-    # side's own files folder (perfcheck/runner/sides.py ``probe_env``), whatever TORCH_TRACE named.
+    # side's own files folder (perfcheck/runner/process/sides.py ``probe_env``), whatever TORCH_TRACE named.
     values["torch_trace"] = f"{where.verify_out}/probes/files/{values['side']}/torch_trace"
     quoted = {key: shlex.quote(value) if value else value for key, value in values.items()}
     quoted["rerun"] = " ".join(shlex.quote(a) for a in where.rerun)

@@ -9,7 +9,7 @@ environment (python, torch, device: perfcheck/measures.py ``Environment``) and p
 code. A record holds the result with that key; a review reuses it only where every part of the
 key is this base's. Timing and every other measure are never recorded: they stay paired.
 
-Pure functions over untrusted data, no file I/O and no torch: perfcheck/runner/reuse.py reads
+Pure functions over untrusted data, no file I/O and no torch: perfcheck/runner/reuse/store.py reads
 and writes the store. A record is read as hostile input (bounded, validated, its own digest
 checked), though only a trusted run writes the store (docs/security.md).
 """
@@ -56,7 +56,7 @@ class RecordKey(Strict):
 
 class CacheArchive(Strict):
     """Base's compile cache as its compile probe left it, packed beside a compile record
-    (perfcheck/runner/cache_archive.py): the file's size and sha256, which bind it to the record."""
+    (perfcheck/runner/reuse/cache_archive.py): the file's size and sha256, which bind it to the record."""
 
     sha256: Sha256
     size: int = Field(ge=0, le=MAX_CACHE_BYTES)
@@ -146,7 +146,7 @@ def recordable(result: ProbeResult, reusable: bool, entry: str, built_in: bool =
 
 def as_recorded(result: ProbeResult) -> ProbeResult:
     """``result`` as its probe process made it: compile-latency samples that this run's timing
-    processes made and joined to it (perfcheck/runner/latency_results.py) are a paired measure,
+    processes made and joined to it (perfcheck/runner/latency/results.py) are a paired measure,
     made again in every review, so they are never recorded."""
     if not result.metrics.get("latency"):
         return result

@@ -96,7 +96,7 @@ def cost_line(costs: list[ReviewCosts]) -> str:
 
 def reuse_line(review: Review) -> str:
     """What of base was not probed in this run but taken from a recorded run of the same content,
-    configuration and environment (perfcheck/runner/reuse.py), one sentence per recording run."""
+    configuration and environment (perfcheck/runner/reuse/store.py), one sentence per recording run."""
     runs: dict[tuple[str | None, str | None], tuple[dict[str, None], dict[str, None], int]] = {}
     for wl in review.workloads:
         for r in wl.base:

@@ -65,7 +65,7 @@ def latency_estimate_s(
     """``pairs`` pairs of compile-latency samples in the timing workers: both sides of a pair at
     once, as many pairs at once as there are cores for two processes each; ``primed``: each
     sample after an untimed one (a worker whose set-up read the compiled model from the caches,
-    perfcheck/runner/cold_compile.py)."""
+    perfcheck/runner/latency/cold_compile.py)."""
     at_once = max(1, cores // 2)
     per_sample = (2 if primed else 1) * cold_compile_estimate_s(first_compile_s, rebuild_kernels)
     return math.ceil(pairs / at_once) * per_sample

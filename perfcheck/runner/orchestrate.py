@@ -21,28 +21,28 @@ from perfcheck.core import probes
 from perfcheck.core.timing_gate import METRIC_LABELS, throughput_figures
 from perfcheck.measures import CompileMetrics, TimingMetrics
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import reaper
-from perfcheck.runner import timing as paired_timing
 from perfcheck.runner.budget import Budget, lightest_last, prior, timing_estimate_s
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.latency_results import (
+from perfcheck.runner.latency.results import (
     latency_place,
     shares_compile_cache,
 )
-from perfcheck.runner.latency_stage import LatencyStage
-from perfcheck.runner.probe_process import (
+from perfcheck.runner.latency.stage import LatencyStage
+from perfcheck.runner.process import reaper
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.probe_process import (
     _outcome,
     probe_spec,
     run_probe,
 )
-from perfcheck.runner.reuse import BaseStore
-from perfcheck.runner.review_plan import follow_ups, parts_said, plan_line
-from perfcheck.runner.review_run import ReviewRun, SideSetup
-from perfcheck.runner.sides import (
+from perfcheck.runner.process.sides import (
     copy_base_for_head,
     side_caches,
 )
-from perfcheck.runner.timing import run_paired
+from perfcheck.runner.reuse.store import BaseStore
+from perfcheck.runner.review_plan import follow_ups, parts_said, plan_line
+from perfcheck.runner.review_run import ReviewRun, SideSetup
+from perfcheck.runner.timing import pairs as paired_timing
+from perfcheck.runner.timing.pairs import run_paired
 from perfcheck.schema import ProbeResult, WorkloadReview, probe_metrics
 from perfcheck.settings import WorkloadConfig
 from perfcheck.stopping import STOPS
@@ -88,7 +88,7 @@ Item = tuple[WorkloadConfig, str, SideSetup]
 
 class _Review:
     """One run of the orchestrator: the per-side probes, then timing, with the compile-latency
-    stage (perfcheck/runner/latency_stage.py) called around and inside it."""
+    stage (perfcheck/runner/latency/stage.py) called around and inside it."""
 
     def __init__(
         self, run: ReviewRun, progress_factory: Callable[[int], Progress], forks: ForkServers, budget: Budget
@@ -115,7 +115,7 @@ class _Review:
         self.progress = progress_factory(len(self.single) + len(self.paired) + len(latency_owed))
         self.latency = LatencyStage(run, self.workdir, forks, budget, self.progress, latency_at, latency_owed)
         self.base_compiles: dict[str, Future[ProbeResult]] = {}
-        # Base's recorded results, read now, before any probe runs (perfcheck/runner/reuse.py).
+        # Base's recorded results, read now, before any probe runs (perfcheck/runner/reuse/store.py).
         self.store = BaseStore(run, self.workdir, forks, self.progress.say)
         # Every result as it finishes (the latest of each workload, probe and side).
         self.kept: dict[tuple[str, str, str], ProbeResult] = {}

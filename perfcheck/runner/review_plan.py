@@ -8,8 +8,8 @@ from collections.abc import Mapping
 
 from perfcheck.config import follow_up_probes
 from perfcheck.core import probes
-from perfcheck.runner import latency_runs
 from perfcheck.runner.budget import prior
+from perfcheck.runner.latency import runs as latency_runs
 from perfcheck.runner.review_run import ReviewRun
 from perfcheck.schema import ProbeResult
 from perfcheck.settings import WorkloadConfig

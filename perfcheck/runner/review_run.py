@@ -34,8 +34,10 @@ class ReviewRun:
     probes: tuple[str, ...] = ()  # empty: each workload's `probes`, else the default ones
     out_dir: Path = Path("perfcheck-out")
     jobs: int = 1
-    sandboxed: bool = False  # each side's processes behind walls of their own (perfcheck/runner/sandbox.py)
-    # The store of base's structural results (perfcheck/runner/reuse.py): where this run records
+    sandboxed: bool = (
+        False  # each side's processes behind walls of their own (perfcheck/runner/process/sandbox.py)
+    )
+    # The store of base's structural results (perfcheck/runner/reuse/store.py): where this run records
     # base's (a trusted run's --record-base), where it looks for them (--reuse-base); no probe
     # process sees either folder.
     record_base: Path | None = None

@@ -17,9 +17,9 @@ from pathlib import Path
 from perfcheck.core.pareto import pareto_front
 from perfcheck.measures import Environment
 from perfcheck.progress import Progress
-from perfcheck.runner import reaper
-from perfcheck.runner.probe_process import log_tail, run_module, signal_name
-from perfcheck.runner.sides import probe_env
+from perfcheck.runner.process import reaper
+from perfcheck.runner.process.probe_process import log_tail, run_module, signal_name
+from perfcheck.runner.process.sides import probe_env
 from perfcheck.schema import ContractError, load_model
 from perfcheck.settings import SweepConfig, WorkloadConfig
 from perfcheck.sweep_schema import (

@@ -17,13 +17,13 @@ from typing import Any
 import torch
 
 from perfcheck.runner import step as steps
-from perfcheck.runner.channel import write_result
-from perfcheck.runner.dynamo_stats import compile_activity
-from perfcheck.runner.fingerprint import environment
-from perfcheck.runner.loader import call_build, load_build
-from perfcheck.runner.peak_memory import peak_rss_mb
-from perfcheck.runner.process_end import run_and_end
-from perfcheck.runner.timing_worker import Timer
+from perfcheck.runner.dynamo.stats import compile_activity
+from perfcheck.runner.process.channel import write_result
+from perfcheck.runner.process.end import run_and_end
+from perfcheck.runner.process.loader import call_build, load_build
+from perfcheck.runner.reuse.fingerprint import environment
+from perfcheck.runner.timing.peak_memory import peak_rss_mb
+from perfcheck.runner.timing.worker import Timer
 from perfcheck.schema import load_model
 from perfcheck.sweep_schema import PointMeasurement, PointSpec, SweepPoint
 

@@ -2,7 +2,7 @@
 ``collective_group_changed`` finding of the ddp and fsdp probes. Pure; torch-free.
 
 Every rank records the collectives of one training step in the order it issued them, from the
-process groups' own flight recorder (perfcheck/runner/comm_groups.py): the op, dtype and size, the
+process groups' own flight recorder (perfcheck/runner/distributed/comm_groups.py): the op, dtype and size, the
 process group (its name, its global ranks, whether it is the default group, WORLD) and where it
 ran: inside a compiled graph or in eager code, in which function of the tree. Dynamo compiles the
 code after a graph break as a function of its own, named ``torch_dynamo_resume_in_<function>_at_<line>``

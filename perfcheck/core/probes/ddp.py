@@ -124,7 +124,7 @@ def findings(workload: str, base: ProbeResult, head: ProbeResult, config: Settin
     b, h = _variants(bm), _variants(hm)
     backend = hm.backend if hm else "?"
     # nccl: HolisticTraceAnalysis's time-based overlap; gloo: the share of collectives launched
-    # before backward's last node (perfcheck/runner/comm_trace.py says why).
+    # before backward's last node (perfcheck/runner/distributed/comm_trace.py says why).
     for name, hv in h.items():
         bv = b.get(name)
         mismatch = first_rank_mismatch(hv.ranks)

@@ -1,6 +1,6 @@
 """The `fsdp` probe's settings and metrics models (perfcheck/core/probes/fsdp.py is its descriptor):
 what perfcheck.yml's `fsdp:` section says, and what an FSDP2 (``fully_shard``) run measured, as its
-rank's worker writes them (perfcheck/runner/fsdp_worker.py) and the comparator reads them.
+rank's worker writes them (perfcheck/runner/distributed/fsdp_worker.py) and the comparator reads them.
 
 A unit of several modules (``fully_shard([block0, block1])``) is named by its modules joined with
 " + ", never with commas (FSDP's own name for it, "block0, block1", would read as two units).

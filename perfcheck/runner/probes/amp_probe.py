@@ -32,9 +32,9 @@ from perfcheck.core.probes.amp import AmpMetrics, AmpOp
 from perfcheck.core.probes.profile import ProfileSettings
 from perfcheck.measures import GraphBreak, SourceLocation
 from perfcheck.runner import step as steps
-from perfcheck.runner.break_events import graph_breaks_of
-from perfcheck.runner.locate import innermost_user_frame, to_location
+from perfcheck.runner.dynamo.break_events import graph_breaks_of
 from perfcheck.runner.probes.base import ProbeOutput, Workload
+from perfcheck.runner.source.locate import innermost_user_frame, to_location
 from perfcheck.spec import ProbeSpec
 
 # Ops whose cost is a GEMM or a convolution: the ones autocast exists to run in low precision.

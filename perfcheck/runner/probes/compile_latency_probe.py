@@ -2,8 +2,9 @@
 
 Valgrind must start the process, so callgrind's compiles cannot run in a process that is there
 anyway: the orchestrator runs this worker-only probe (``compile_latency``) under valgrind, one
-process a side, and hands its samples to the side's compile result (perfcheck/runner/latency_runs.py). The
-first compile of the process is a warm-up and is not counted (perfcheck/runner/cold_compile.py says why).
+process a side, and hands its samples to the side's compile result (perfcheck/runner/latency/runs.py). The
+first compile of the process is a warm-up and is not counted (perfcheck/runner/latency/cold_compile.py says
+why).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import time
 from collections.abc import Callable
 
 from perfcheck.measures import CompileLatency
-from perfcheck.runner.callgrind import Counter
-from perfcheck.runner.cold_compile import cold_compile
+from perfcheck.runner.latency.callgrind import Counter
+from perfcheck.runner.latency.cold_compile import cold_compile
 from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.spec import ProbeSpec
 

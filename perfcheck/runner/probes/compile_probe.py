@@ -14,7 +14,7 @@ repeats), the second three times (the other batch between two calls with the mai
 frame whose guard fails every step (it reads a Python int attribute it changes) compiles four times
 in the first pass: a ``torch._dynamo.config.recompile_limit`` of 3 or less (a workload may lower
 it) is hit within the probe, Dynamo's default of 8 is not. Each pass records the recompile limits
-Dynamo hits (perfcheck/runner/limit_log.py); the first, before Dynamo is reset, the compiled
+Dynamo hits (perfcheck/runner/dynamo/limit_log.py); the first, before Dynamo is reset, the compiled
 entries each frame holds in its cache.
 """
 
@@ -38,19 +38,19 @@ from perfcheck.measures import (
     RecompileLimitHit,
     SourceLocation,
 )
-from perfcheck.runner import break_log, limit_log
 from perfcheck.runner import step as steps
-from perfcheck.runner.break_events import graph_breaks_of
-from perfcheck.runner.dynamo_stats import cache_entries, compile_breakdown, compiled_frames
-from perfcheck.runner.guarded import guarded_made_at
-from perfcheck.runner.locate import (
+from perfcheck.runner.dynamo import break_log, limit_log
+from perfcheck.runner.dynamo.break_events import graph_breaks_of
+from perfcheck.runner.dynamo.stats import cache_entries, compile_breakdown, compiled_frames
+from perfcheck.runner.probes.base import ProbeOutput, Workload
+from perfcheck.runner.source.guarded import guarded_made_at
+from perfcheck.runner.source.locate import (
     CodeRef,
     code_location,
     innermost_user_frame,
     named_code_location,
     to_location,
 )
-from perfcheck.runner.probes.base import ProbeOutput, Workload
 from perfcheck.spec import ProbeSpec
 
 _GUARD_PREFIX = re.compile(r"^\s*\d+/\d+:\s*")
@@ -76,7 +76,7 @@ def _key(r: Recompile) -> _Key:
 
 def _recompile_reasons(tree: Path, model: Any = None) -> list[Recompile]:
     """Each recompile of a code object for a failed guard, once, placed where its guarded value
-    is made (in the running ``model``'s objects where it is given: perfcheck/runner/guarded.py)."""
+    is made (in the running ``model``'s objects where it is given: perfcheck/runner/source/guarded.py)."""
     out: list[Recompile] = []
     seen: set[_Key] = set()
     for code, reasons in guard_failures.items():

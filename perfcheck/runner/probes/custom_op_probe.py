@@ -21,8 +21,8 @@ from torch.utils._pytree import tree_map
 from perfcheck.core.probes.custom_ops import CustomOpCheck, CustomOpMetrics, CustomOpsSettings, is_custom
 from perfcheck.measures import SourceLocation
 from perfcheck.runner import step as steps
-from perfcheck.runner.locate import to_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload
+from perfcheck.runner.source.locate import to_location
 from perfcheck.spec import ProbeSpec
 
 MESSAGE_LIMIT = 2000

@@ -20,8 +20,8 @@ import torch.fx
 
 from perfcheck.core.probes.export import ExportMetrics, ExportSettings
 from perfcheck.runner import step as steps
-from perfcheck.runner.locate import exception_location
 from perfcheck.runner.probes.base import ProbeOutput, Workload
+from perfcheck.runner.source.locate import exception_location
 from perfcheck.spec import ProbeSpec
 
 

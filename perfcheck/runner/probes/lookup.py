@@ -12,7 +12,7 @@ from perfcheck.runner.probes.base import PluginProbe, Probe
 from perfcheck.runner.probes.compile_latency_probe import CompileLatencyProbe
 
 # Probes no descriptor names: run only where the orchestrator starts them (the compile probe's
-# cache-cold compiles under valgrind, perfcheck/runner/latency_runs.py).
+# cache-cold compiles under valgrind, perfcheck/runner/latency/runs.py).
 WORKER_ONLY: dict[str, Callable[[], Probe]] = {"compile_latency": CompileLatencyProbe}
 
 

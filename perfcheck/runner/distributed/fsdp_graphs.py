@@ -1,6 +1,6 @@
 """What Dynamo compiled on one fsdp rank, per function of the model: each compiled frame's graphs
 grouped by the model's code that made them, with the guard that failed where one recompiled,
-and where two ranks' first differing graph differs (perfcheck/runner/fsdp_worker.py runs the
+and where two ranks' first differing graph differs (perfcheck/runner/distributed/fsdp_worker.py runs the
 rank). Imports torch: only ranks load it.
 """
 
@@ -21,8 +21,8 @@ from perfcheck.core.probes.fsdp_models import (
     GraphGroup,
 )
 from perfcheck.measures import SourceLocation
-from perfcheck.runner.ddp_worker import Recorder, gather_lines
-from perfcheck.runner.locate import innermost_user_frame, to_location
+from perfcheck.runner.distributed.ddp_worker import Recorder, gather_lines
+from perfcheck.runner.source.locate import innermost_user_frame, to_location
 
 _STACK_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
 

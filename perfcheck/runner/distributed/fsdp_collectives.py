@@ -1,5 +1,5 @@
 """One profiled step's collectives on an fsdp rank, each with its size and the FSDP unit whose
-``FSDP::`` region issued it (perfcheck/runner/fsdp_worker.py runs the rank). Imports torch:
+``FSDP::`` region issued it (perfcheck/runner/distributed/fsdp_worker.py runs the rank). Imports torch:
 only ranks load it.
 """
 
@@ -17,7 +17,7 @@ from perfcheck.core.probes.fsdp_models import (
     UnitCollective,
 )
 from perfcheck.runner import step as steps
-from perfcheck.runner.comm_trace import DTYPE_BYTES, STEP_MARK
+from perfcheck.runner.distributed.comm_trace import DTYPE_BYTES, STEP_MARK
 
 PROFILED_STEPS = 2
 

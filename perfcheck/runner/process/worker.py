@@ -1,4 +1,4 @@
-"""The process one probe runs in: ``python -m perfcheck.runner.worker SPEC.json RESULT.json``.
+"""The process one probe runs in: ``python -m perfcheck.runner.process.worker SPEC.json RESULT.json``.
 
 It imports the side's code, runs one probe and writes one ProbeResult. Anything the workload
 or the probe raises becomes a ``crashed`` result with a readable message; a death by signal or
@@ -13,14 +13,14 @@ import traceback
 from pathlib import Path
 
 from perfcheck import plugins
-from perfcheck.runner.channel import write_result
-from perfcheck.runner.fingerprint import environment
-from perfcheck.runner.loader import WorkloadError, call_build, load_build
-from perfcheck.runner.locate import exception_location, relative_path
 from perfcheck.runner.probes.base import Workload
 from perfcheck.runner.probes.lookup import get_probe
-from perfcheck.runner.process_end import run_and_end
-from perfcheck.runner.reads import Reads
+from perfcheck.runner.process.channel import write_result
+from perfcheck.runner.process.end import run_and_end
+from perfcheck.runner.process.loader import WorkloadError, call_build, load_build
+from perfcheck.runner.reuse.fingerprint import environment
+from perfcheck.runner.reuse.reads import Reads
+from perfcheck.runner.source.locate import exception_location, relative_path
 from perfcheck.schema import ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
 
@@ -122,7 +122,7 @@ def run(spec: ProbeSpec) -> ProbeResult:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m perfcheck.runner.worker SPEC.json fd:N|RESULT.json", file=sys.stderr)
+        print("usage: python -m perfcheck.runner.process.worker SPEC.json fd:N|RESULT.json", file=sys.stderr)
         return 2
     spec = load_model(ProbeSpec, Path(args[0]).read_bytes(), args[0])
     write_result(args[1], run(spec).model_dump_json(indent=1))

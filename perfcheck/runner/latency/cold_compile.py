@@ -38,7 +38,7 @@ import torch._dynamo
 
 from perfcheck.measures import CompileSample
 from perfcheck.runner import step as steps
-from perfcheck.runner.callgrind import Counter
+from perfcheck.runner.latency.callgrind import Counter
 from perfcheck.runner.probes.base import Workload
 from perfcheck.spec import ProbeSpec
 

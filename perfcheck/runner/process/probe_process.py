@@ -19,10 +19,10 @@ from typing import IO, TYPE_CHECKING
 
 from perfcheck.core import probes
 from perfcheck.measures import ProbeStatus
-from perfcheck.runner import channel, forkserver, reaper, sandbox
-from perfcheck.runner.forkserver import ForkServers
+from perfcheck.runner.process import channel, forkserver, reaper, sandbox
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.sides import TRACE_ENV, probe_env, sandboxed_walls, side_walls
 from perfcheck.runner.review_run import ReviewRun, SideSetup
-from perfcheck.runner.sides import TRACE_ENV, probe_env, sandboxed_walls, side_walls
 from perfcheck.schema import ContractError, ProbeResult, load_model
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import ProbeSpec, Walls, side_files
@@ -102,10 +102,10 @@ def run_module(
     inductor: bool = True,
 ) -> Ended:
     """``python -m module SPEC fd:N`` in a session of its own, output to ``log_path``; forked from a
-    fork server of ``forks`` where one serves (perfcheck/runner/forkserver.py), else a fresh process. When it
-    ends, at its time limit or by itself, its process group is killed and every orphan it left is
-    reaped (perfcheck/runner/reaper.py); only then is its result channel read. With ``walls``, it runs in
-    that sandbox (perfcheck/runner/sandbox.py), forked or fresh. ``deadline`` (monotonic): its time
+    fork server of ``forks`` where one serves (perfcheck/runner/process/forkserver.py), else a fresh process.
+    When it ends, at its time limit or by itself, its process group is killed and every orphan it left is
+    reaped (perfcheck/runner/process/reaper.py); only then is its result channel read. With ``walls``, it runs
+    in that sandbox (perfcheck/runner/process/sandbox.py), forked or fresh. ``deadline`` (monotonic): its time
     limit ends there at the latest, however long a fork server took to start before it.
     ``inductor``: it may compile with Inductor (a server for it warms Inductor up)."""
     with log_path.open("wb") as log, channel.open_channel() as result:
@@ -204,7 +204,7 @@ def run_probe(
         walls = sandboxed_walls(spec, workdir, folder, *writable)
         ended = run_module(
             python,
-            "perfcheck.runner.worker",
+            "perfcheck.runner.process.worker",
             spec_path,
             spec.tree,
             env,

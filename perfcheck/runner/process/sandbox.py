@@ -1,5 +1,5 @@
 """Each side's probe processes in a sandbox of their own: ``enter(view)`` in a process about to
-run PR code, or ``python -m perfcheck.runner.sandbox VIEW -- ARGV`` around a fresh one.
+run PR code, or ``python -m perfcheck.runner.process.sandbox VIEW -- ARGV`` around a fresh one.
 
 Why: head's code runs with the same rights as everything it is compared against. Without walls
 it can rewrite base's tree so that base measures head's code, append to perfcheck's installed
@@ -157,7 +157,7 @@ def unavailable() -> str | None:
         return f"Linux namespaces are needed; this is {sys.platform}"
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "perfcheck.runner.sandbox", "--check"],
+            [sys.executable, "-m", "perfcheck.runner.process.sandbox", "--check"],
             capture_output=True,
             text=True,
             timeout=60,
@@ -173,7 +173,7 @@ def unavailable() -> str | None:
 
 def command(view_json: str, argv: Sequence[str], python: str = sys.executable) -> list[str]:
     """``argv`` run behind the walls ``view_json`` describes: the launcher's command line."""
-    return [python, "-m", "perfcheck.runner.sandbox", view_json, "--", *argv]
+    return [python, "-m", "perfcheck.runner.process.sandbox", view_json, "--", *argv]
 
 
 # --- inside the process that enters ------------------------------------------------------------
@@ -550,7 +550,9 @@ def main(argv: list[str] | None = None) -> int:
     if args == ["--check"]:
         return _check_main()
     if len(args) < 3 or args[1] != "--":
-        print("usage: python -m perfcheck.runner.sandbox VIEW_JSON -- COMMAND [ARG...]", file=sys.stderr)
+        print(
+            "usage: python -m perfcheck.runner.process.sandbox VIEW_JSON -- COMMAND [ARG...]", file=sys.stderr
+        )
         return 2
     try:
         view = View.from_json(args[0])

@@ -1,4 +1,5 @@
-"""One rank of the `fsdp` probe: ``torchrun ... -m perfcheck.runner.fsdp_worker SPEC.json OUT_DIR``.
+"""One rank of the `fsdp` probe:
+``torchrun ... -m perfcheck.runner.distributed.fsdp_worker SPEC.json OUT_DIR``.
 
 Every rank builds the workload from its side's tree, shards it with FSDP2 (``fully_shard``: each
 module of the wrap classes, then the root, unless build() sharded it itself) and trains a few steps
@@ -11,7 +12,7 @@ as they run), the DTensor layout of every parameter and gradient and the redistr
 code made. The ranks gather their graph hashes and, where they differ, the nodes of the first
 graph that differs, so the line that differs between ranks is named. The last timed step's
 collectives come from the process groups' flight recorder too, each with its group and where in
-the compiled step it ran (perfcheck/runner/comm_groups.py). Rank 0 writes OUT_DIR/fsdp.json.
+the compiled step it ran (perfcheck/runner/distributed/comm_groups.py). Rank 0 writes OUT_DIR/fsdp.json.
 """
 
 from __future__ import annotations
@@ -50,21 +51,22 @@ from perfcheck.core.probes.fsdp_models import (
     unit_name,
 )
 from perfcheck.measures import SourceLocation
-from perfcheck.runner import break_log, comm_groups
 from perfcheck.runner import step as steps
-from perfcheck.runner.break_events import graph_breaks_of
-from perfcheck.runner.comm_trace import comm_overlap_pct
-from perfcheck.runner.ddp_worker import gather_lines, rank_device
-from perfcheck.runner.fsdp_collectives import PROFILED_STEPS, collectives, profile_steps
-from perfcheck.runner.fsdp_graphs import (
+from perfcheck.runner.distributed import comm_groups
+from perfcheck.runner.distributed.comm_trace import comm_overlap_pct
+from perfcheck.runner.distributed.ddp_worker import gather_lines, rank_device
+from perfcheck.runner.distributed.fsdp_collectives import PROFILED_STEPS, collectives, profile_steps
+from perfcheck.runner.distributed.fsdp_graphs import (
     FrameRecorder,
     graph_groups,
     rank_difference,
 )
-from perfcheck.runner.loader import call_build, load_build
-from perfcheck.runner.locate import innermost_user_frame, relative_path, to_location
-from perfcheck.runner.peak_memory import peak_rss_mb
-from perfcheck.runner.process_end import run_and_end
+from perfcheck.runner.dynamo import break_log
+from perfcheck.runner.dynamo.break_events import graph_breaks_of
+from perfcheck.runner.process.end import run_and_end
+from perfcheck.runner.process.loader import call_build, load_build
+from perfcheck.runner.source.locate import innermost_user_frame, relative_path, to_location
+from perfcheck.runner.timing.peak_memory import peak_rss_mb
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 

@@ -153,7 +153,7 @@ def call_build(build: Callable[..., Any], device: str) -> Built:
         names = tuple(str(k) for k in inputs)
         if second is not None and (not isinstance(second, Mapping) or tuple(second) != names):
             raise ValueError(f"second inputs must be a dict with the same keys as inputs: {', '.join(names)}")
-        from perfcheck.runner.keyword_call import KeywordCall
+        from perfcheck.runner.process.keyword_call import KeywordCall
 
         model = KeywordCall(model, names)
         inputs = tuple(inputs.values())

@@ -23,7 +23,7 @@ from statistics import median
 from perfcheck.config import Config
 from perfcheck.core import compile_latency
 from perfcheck.measures import CompileLatency, CompileLatencyChange, CompileMetrics, Side
-from perfcheck.runner.latency_runs import samples_of
+from perfcheck.runner.latency.runs import samples_of
 from perfcheck.schema import ProbeResult
 from perfcheck.settings import COMPILE_RUNS_MAX
 

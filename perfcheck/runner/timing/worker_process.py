@@ -1,6 +1,6 @@
 """One timing worker process and the conversation with it: spawned behind its side's walls, asked
 to set up, time rounds and make a device pass, its replies read as untrusted JSON (bounded,
-checked), and what it measured kept per side (SideRecord). perfcheck/runner/timing.py pairs
+checked), and what it measured kept per side (SideRecord). perfcheck/runner/timing/pairs.py pairs
 these processes, base beside head, until the gate decides.
 """
 
@@ -22,9 +22,9 @@ from typing import IO, Any
 
 from perfcheck.core.stats import fast_mean
 from perfcheck.measures import CompileSample, DeviceStep, TimingProcess
-from perfcheck.runner import channel, forkserver, reaper
-from perfcheck.runner.probe_process import REAP_WAIT_S, behind_walls, log_tail
-from perfcheck.runner.sides import probe_env, sandboxed_walls
+from perfcheck.runner.process import channel, forkserver, reaper
+from perfcheck.runner.process.probe_process import REAP_WAIT_S, behind_walls, log_tail
+from perfcheck.runner.process.sides import probe_env, sandboxed_walls
 from perfcheck.spec import ProbeSpec
 
 LATENCY_COMPILE_THREADS = 4
@@ -77,7 +77,7 @@ class TimingWorker:
         with self.log_path.open("wb") as log, contextlib.closing(theirs):
             if forks is not None and forkserver.times_forked(spec.device):
                 args = [str(spec_path), f"{channel.PREFIX}{forkserver.RESULT_FD}"]
-                module = "perfcheck.runner.timing_worker"
+                module = "perfcheck.runner.timing.worker"
                 self.child = forks.fork(
                     python,
                     module,
@@ -96,7 +96,7 @@ class TimingWorker:
                             [
                                 python,
                                 "-m",
-                                "perfcheck.runner.timing_worker",
+                                "perfcheck.runner.timing.worker",
                                 str(spec_path),
                                 channel.argument_fd(theirs.fileno()),
                             ],

@@ -62,17 +62,17 @@ def environment(device: str) -> Environment:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m perfcheck.runner.fingerprint DEVICE.json fd:N``: this interpreter's environment
+    """``python -m perfcheck.runner.reuse.fingerprint DEVICE.json fd:N``: this interpreter's environment
     on the device the file names (``{"device": "cuda"}``), as a probe process of it reports it. Run
     by the orchestrator behind base's walls, where reused results are checked against it
-    (perfcheck/runner/reuse.py): it runs no code of any tree."""
+    (perfcheck/runner/reuse/store.py): it runs no code of any tree."""
     import json
 
-    from perfcheck.runner.channel import write_result
+    from perfcheck.runner.process.channel import write_result
 
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m perfcheck.runner.fingerprint DEVICE.json fd:N", file=sys.stderr)
+        print("usage: python -m perfcheck.runner.reuse.fingerprint DEVICE.json fd:N", file=sys.stderr)
         return 2
     with open(args[0], encoding="utf-8") as f:
         device = str(json.load(f)["device"])
@@ -81,6 +81,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from perfcheck.runner.process_end import run_and_end
+    from perfcheck.runner.process.end import run_and_end
 
     run_and_end(main)

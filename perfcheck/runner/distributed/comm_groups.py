@@ -30,8 +30,8 @@ from pydantic import BaseModel
 
 from perfcheck.core.probes.collective_groups import CollectiveCall, RankCalls
 from perfcheck.measures import SourceLocation
-from perfcheck.runner.comm_trace import DTYPE_BYTES, op_name
-from perfcheck.runner.locate import innermost_user_frame, to_location
+from perfcheck.runner.distributed.comm_trace import DTYPE_BYTES, op_name
+from perfcheck.runner.source.locate import innermost_user_frame, to_location
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -1,7 +1,7 @@
 """What a fork server does before it forks its first child: import torch, Dynamo, Inductor and
 the probes, make one small CPU compile, and build Inductor's precompiled C++ headers in a
 folder of its own; all without initializing CUDA's driver, which a forked child could then not
-use (bench/cuda_fork.py measured which import does). perfcheck/runner/forkserver.py serves.
+use (bench/cuda_fork.py measured which import does). perfcheck/runner/process/forkserver.py serves.
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ def preimport(inductor: bool = True) -> str | None:
     import torch._inductor.compile_fx
     import torch.export
 
-    from perfcheck.runner import timing_worker, worker  # noqa: F401
     from perfcheck.runner.probes.lookup import load_builtin
 
     load_builtin()

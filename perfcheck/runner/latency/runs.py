@@ -1,9 +1,9 @@
 """Compile latency: how it is measured, and the processes of its own that callgrind needs.
 
-A cache-cold compile is measured in a process that has compiled already (perfcheck/runner/cold_compile.py
-says why), and those processes are there anyway: by wall clock, each timing pair's two workers
-compile once more after their timed rounds, alternating which side goes first as the pairs do
-(``Where`` "timing"); where no timing runs, a round of processes of their own, one a side at once
+A cache-cold compile is measured in a process that has compiled already
+(perfcheck/runner/latency/cold_compile.py says why), and those processes are there anyway: by wall clock, each
+timing pair's two workers compile once more after their timed rounds, alternating which side goes first as the
+pairs do (``Where`` "timing"); where no timing runs, a round of processes of their own, one a side at once
 after the compile probes, each a warm-up compile and ``compile.runs`` counted ones ("rounds": the
 two samples of a pair made in the same moment, as the timing workers' are). Callgrind's
 instruction counts need processes of their own too, started under valgrind: one a side,
@@ -25,7 +25,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 from perfcheck.measures import CompileLatency, CompileMeasure, CompileSample, Side
-from perfcheck.runner import callgrind
+from perfcheck.runner.latency import callgrind
 from perfcheck.schema import ProbeResult
 from perfcheck.settings import CompileConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec

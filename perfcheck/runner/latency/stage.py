@@ -18,10 +18,11 @@ from statistics import median
 
 from perfcheck.measures import CompileLatency, CompileMetrics, Side
 from perfcheck.progress import Progress, Task
-from perfcheck.runner import callgrind, forkserver, latency_more, latency_runs
 from perfcheck.runner.budget import Budget, Step, cold_compile_estimate_s, latency_estimate_s, prior
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.latency_results import (
+from perfcheck.runner.latency import callgrind
+from perfcheck.runner.latency import more_pairs as latency_more
+from perfcheck.runner.latency import runs as latency_runs
+from perfcheck.runner.latency.results import (
     compiled_both,
     noted_more,
     samples_said,
@@ -29,9 +30,11 @@ from perfcheck.runner.latency_results import (
     with_latency,
     with_sample_phases,
 )
-from perfcheck.runner.probe_process import probe_spec, run_probe
+from perfcheck.runner.process import forkserver
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.probe_process import probe_spec, run_probe
 from perfcheck.runner.review_run import ReviewRun
-from perfcheck.runner.timing import PairedTiming, PendingLatency, take_latency
+from perfcheck.runner.timing.pairs import PairedTiming, PendingLatency, take_latency
 from perfcheck.schema import ProbeResult
 from perfcheck.settings import WorkloadConfig
 from perfcheck.spec import LatencyPlan, ProbeSpec
@@ -66,7 +69,8 @@ class LatencyStage:
         # Why a workload's compile latency is not callgrind's, or not measured at all.
         self.notes: dict[str, str] = {}
         # Timing pairs whose workers wait, idle, to make their compile-latency samples together with
-        # other workloads' (perfcheck/runner/timing.py ``take_latency``), and what those are expected to cost.
+        # other workloads' (perfcheck/runner/timing/pairs.py ``take_latency``), and what those are expected to
+        # cost.
         self.pending: list[PendingLatency] = []
         self.reserved_s = 0.0
         # The workload whose callgrind processes ran past their limit, once one has: this machine
@@ -137,7 +141,7 @@ class LatencyStage:
         self, collected: list[ProbeResult], wl: WorkloadConfig, compiled: Mapping[str, CompileMetrics]
     ) -> list[ProbeResult]:
         """Compile latency by wall clock where no timing pairs make it: one round of fresh-cache
-        compiles, a process a side at once (perfcheck/runner/latency_more.py ``run_round``), so
+        compiles, a process a side at once (perfcheck/runner/latency/more_pairs.py ``run_round``), so
         that each pair of samples is made in the same moment. Made one side after the other (in
         each side's compile probe, as before), a busy moment on a shared CPU moved one side's
         samples only: an A/A read +48.5 % (+46.5 … +50.6) on a CI worker running a second suite."""
@@ -378,7 +382,7 @@ class LatencyStage:
 
     def more_latency(self, collected: list[ProbeResult]) -> list[ProbeResult]:
         """More pairs of compiles where the wall clock left a workload's compile latency undecided
-        (perfcheck/runner/latency_more.py), within what is left of the review's budget."""
+        (perfcheck/runner/latency/more_pairs.py), within what is left of the review's budget."""
         run, out = self.run_, list(collected)
         for wl in run.workloads:
             compiled = compiled_both(out, wl.name)

@@ -1,5 +1,5 @@
 """Probe processes forked from a parent that has imported torch once: ``python -m
-perfcheck.runner.forkserver FD``, and the orchestrator's side of it (``ForkServers``).
+perfcheck.runner.process.forkserver FD``, and the orchestrator's side of it (``ForkServers``).
 
 Why: a probe process spends about 4 s of CPU importing torch and Dynamo before its own work starts,
 and a review starts several per side. A fork server imports them once and forks one child per probe.
@@ -10,7 +10,7 @@ environment, working directory, log and result descriptor asked for; ``MODULE`` 
 exception). What it shares with its siblings: everything the server imported, and the memory layout
 that came with it. That is why per-side probes are what is forked: timing and compile-latency
 processes measure what a process costs, and each pair of them must be an independent draw
-(perfcheck/runner/timing.py, perfcheck/runner/latency_runs.py); timing workers fork only on a
+(perfcheck/runner/timing/pairs.py, perfcheck/runner/latency/runs.py); timing workers fork only on a
 CPU (``times_forked``), where the gate's A/A trials were measured with forked workers.
 
 Safety: a server runs no PR code (it imports torch and perfcheck before any tree is read); a child
@@ -18,9 +18,9 @@ keeps none of the server's descriptors (with them it could ask for processes or 
 exit); a server in which CUDA got initialized refuses to serve, since CUDA cannot work in a child
 forked after that (the server counts devices through NVML for that reason: ``serves``); anything
 that goes wrong with a server sends its probes back to fresh processes, which is how they ran
-before. A request may carry a sandbox (perfcheck/runner/sandbox.py): the child enters it before anything of
-the job runs, so the server and the orchestrator are outside the child's PID namespace, out of its
-reach.
+before. A request may carry a sandbox (perfcheck/runner/process/sandbox.py): the child enters it
+before anything of the job runs, so the server and the orchestrator are outside the child's PID
+namespace, out of its reach.
 
 Protocol, over AF_UNIX SOCK_SEQPACKET sockets (a message is one datagram): the server sends
 ``ready`` on its control socket once imported. A request is one message, JSON ``{module, args, cwd,
@@ -48,11 +48,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfcheck.runner import reaper, sandbox
+from perfcheck.runner.process import reaper, sandbox
 
 if TYPE_CHECKING:
     from perfcheck.spec import Walls
-from perfcheck.runner.forkserver_warmup import own_headers, preimport, server_headers
+from perfcheck.runner.process.forkserver_warmup import own_headers, preimport, server_headers
 
 RESULT_FD = 3  # where a child finds its result channel: its argument is ``fd:3``
 # Read when a compile needs them, not when torch is imported: a child may set them differently
@@ -247,7 +247,7 @@ class ForkServers:
                     [
                         python,
                         "-m",
-                        "perfcheck.runner.forkserver",
+                        "perfcheck.runner.process.forkserver",
                         str(theirs.fileno()),
                         *([] if inductor else [NO_INDUCTOR]),
                     ],
@@ -297,7 +297,7 @@ class _Job:
     env: dict[str, str]
     log_fd: int
     result_fd: int
-    sandbox: str | None = None  # perfcheck/runner/sandbox.py's view, as JSON
+    sandbox: str | None = None  # perfcheck/runner/process/sandbox.py's view, as JSON
 
 
 def _request(data: bytes) -> dict[str, Any] | None:
@@ -442,8 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) not in (1, 2) or not args[0].isdigit() or args[1:] not in ([], [NO_INDUCTOR]):
         print(
-            f"usage: python -m perfcheck.runner.forkserver FD [{NO_INDUCTOR}] (FD: a SOCK_SEQPACKET socket; "
-            f"{NO_INDUCTOR}: its children compile with no Inductor, so it makes no first compile)",
+            f"usage: python -m perfcheck.runner.process.forkserver FD [{NO_INDUCTOR}] "
+            f"(FD: a SOCK_SEQPACKET socket; {NO_INDUCTOR}: its children compile with no Inductor, "
+            "so it makes no first compile)",
             file=sys.stderr,
         )
         return 2

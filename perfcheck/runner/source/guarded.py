@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfcheck.measures import SourceLocation
-from perfcheck.runner.locate import lines_of, qualified_name, relative_path, to_location, user_name
+from perfcheck.runner.source.locate import lines_of, qualified_name, relative_path, to_location, user_name
 
 # The guarded value's name in a failed guard: the last attribute of a path from the frame's
 # ``self`` (``self._modules['neuron']._buffers['v']``, ``L['self'].layers[0].mem``).

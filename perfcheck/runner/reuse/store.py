@@ -3,7 +3,7 @@
 this run's environment fingerprint (perfcheck/core/records.py holds the key and the checks).
 
 A compile record carries base's compile cache as its compile probe left it, packed in a file
-beside it (perfcheck/runner/cache_archive.py says why the rest of the review needs it); a review
+beside it (perfcheck/runner/reuse/cache_archive.py says why the rest of the review needs it); a review
 that reuses the record unpacks it where base's compile probe would have filled the cache.
 
 Who can write the store is the whole of its trust: only the orchestrator writes records, after
@@ -48,12 +48,13 @@ from perfcheck.core.records import (
     spec_digest,
 )
 from perfcheck.measures import Environment
-from perfcheck.runner import cache_archive, forkserver
-from perfcheck.runner.forkserver import ForkServers
-from perfcheck.runner.latency_results import latency_place
-from perfcheck.runner.probe_process import run_module
+from perfcheck.runner.latency.results import latency_place
+from perfcheck.runner.process import forkserver
+from perfcheck.runner.process.forkserver import ForkServers
+from perfcheck.runner.process.probe_process import run_module
+from perfcheck.runner.process.sides import SHARED_CACHE_ENV, probe_env, side_caches, side_walls
+from perfcheck.runner.reuse import cache_archive
 from perfcheck.runner.review_run import ReviewRun
-from perfcheck.runner.sides import SHARED_CACHE_ENV, probe_env, side_caches, side_walls
 from perfcheck.runner.workloads import BUILTIN_WORKLOADS
 from perfcheck.schema import ContractError, ProbeResult, load_model
 from perfcheck.spec import ProbeSpec
@@ -323,7 +324,7 @@ class BaseStore:
             walls = side_walls(run, run.base)
             ended = run_module(
                 run.base.python,
-                "perfcheck.runner.fingerprint",
+                "perfcheck.runner.reuse.fingerprint",
                 device,
                 str(run.base.tree.resolve()),
                 probe_env(Path(own)),

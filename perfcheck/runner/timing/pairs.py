@@ -27,11 +27,11 @@ from pydantic import ValidationError
 
 from perfcheck.core.timing_gate import decide, held_open, sequential
 from perfcheck.measures import CompileLatency, CompileSample, Environment, Plant, TimingMetrics
-from perfcheck.runner import forkserver
-from perfcheck.runner.device_metrics import pooled
+from perfcheck.runner.process import forkserver
+from perfcheck.runner.process.sides import pair_caches, side_caches
 from perfcheck.runner.review_run import SideSetup
-from perfcheck.runner.sides import pair_caches, side_caches
-from perfcheck.runner.timing_process import (
+from perfcheck.runner.timing.device_metrics import pooled
+from perfcheck.runner.timing.worker_process import (
     Measured,
     SideRecord,
     TimingWorker,
@@ -254,8 +254,8 @@ def _measure(
 
 def _cold_compiles(pairs: Sequence[_Pair], timeout: float) -> None:
     """Each worker of these pairs compiles the workload once more with the compiler's caches off
-    (perfcheck/runner/cold_compile.py), once every pair is timed: as many pairs at once as the machine has
-    cores for (each compile keeps to one thread), both sides of a pair always together, so that
+    (perfcheck/runner/latency/cold_compile.py), once every pair is timed: as many pairs at once as the machine
+    has cores for (each compile keeps to one thread), both sides of a pair always together, so that
     whatever else the machine does hits both sides of a pair alike. A failure costs that side's
     sample only; the pair's timing is measured already."""
     at_once = latency_batch_pairs()

@@ -1,6 +1,6 @@
 """Compile-latency samples joined to the compile results they belong to: where a workload's are
 measured, whether head's compile starts from base's cache, and each side's samples with the
-note that says why they are what they are (perfcheck/runner/latency_runs.py makes them).
+note that says why they are what they are (perfcheck/runner/latency/runs.py makes them).
 """
 
 from __future__ import annotations
@@ -9,18 +9,18 @@ import os
 from collections.abc import Mapping, Sequence
 
 from perfcheck.measures import CompileLatency, CompileMetrics, Side, TimingMetrics
-from perfcheck.runner import latency_runs
-from perfcheck.runner.review_run import ReviewRun
-from perfcheck.runner.sides import (
+from perfcheck.runner.latency import runs as latency_runs
+from perfcheck.runner.process.sides import (
     SHARED_CACHE_ENV,
 )
-from perfcheck.runner.timing import PendingLatency
+from perfcheck.runner.review_run import ReviewRun
+from perfcheck.runner.timing.pairs import PendingLatency
 from perfcheck.schema import ProbeResult, probe_metrics
 from perfcheck.settings import WorkloadConfig
 
 
 def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | None:
-    """Where a workload's compile latency is measured (perfcheck/runner/latency_runs.py), or None: not where
+    """Where a workload's compile latency is measured (perfcheck/runner/latency/runs.py), or None: not where
     no compile is cold (``PERFCHECK_COMPILE_CACHE``), nor with ``compile.measure: off``, nor
     without the compile probe, whose results it joins."""
     measure = run.config.compile.measure
@@ -31,7 +31,7 @@ def latency_place(run: ReviewRun, planned: set[str]) -> latency_runs.Where | Non
     # A compiled timing worker has compiled once and sits idle after its rounds: the place to make
     # a cache-cold compile that pays nothing a fresh process would.
     # Without them, a round of processes a side at once after the compile probes
-    # (perfcheck/runner/latency_stage.py ``_first_round``).
+    # (perfcheck/runner/latency/stage.py ``_first_round``).
     return "timing" if "timing" in planned and run.config.timing.compiled else "rounds"
 
 

@@ -17,9 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from perfcheck.measures import MAX_CALLERS, GraphBreak, NestingBlock, SourceLocation
-from perfcheck.runner import break_log, nesting
-from perfcheck.runner.break_log import LoggedBreak
-from perfcheck.runner.locate import innermost_user_frame, named_code_location, relative_path, to_location
+from perfcheck.runner.dynamo import break_log
+from perfcheck.runner.dynamo.break_log import LoggedBreak
+from perfcheck.runner.source import nesting
+from perfcheck.runner.source.locate import (
+    innermost_user_frame,
+    named_code_location,
+    relative_path,
+    to_location,
+)
 
 
 def _at(loc: SourceLocation | None) -> str:

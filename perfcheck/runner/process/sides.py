@@ -1,5 +1,5 @@
 """Each side's walls, compile caches and probe environment: what a probe process of one side
-sees and where it writes (perfcheck/runner/sandbox.py builds the walls; this module says what
+sees and where it writes (perfcheck/runner/process/sandbox.py builds the walls; this module says what
 they hold). Orchestration and the paired timing both set sides up through it.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfcheck.runner import sandbox
+from perfcheck.runner.process import sandbox
 from perfcheck.runner.review_run import ReviewRun, SideSetup
 from perfcheck.spec import ProbeSpec, Walls, side_files
 
@@ -28,8 +28,8 @@ def side_caches(workdir: Path, workload: str) -> dict[str, Path]:
 
 def base_for_head(workdir: Path, workload: str) -> Path:
     """Head's own copy of base's compile cache, which head's processes see at base's cache's path
-    (perfcheck/runner/sandbox.py ``moved``): entries of base's that head's cache got name base's folder
-    (Triton's groups list absolute paths, Inductor writes beside a kernel it loaded), and head's
+    (perfcheck/runner/process/sandbox.py ``moved``): entries of base's that head's cache got name base's
+    folder (Triton's groups list absolute paths, Inductor writes beside a kernel it loaded), and head's
     code must write none of base's."""
     return workdir / "cache" / f"base-for-head-{workload}"
 
@@ -93,7 +93,7 @@ def _real_folders(root: Path, folder: Path) -> None:
 # Set to a folder, every probe process of every review compiles into that one cache, warm after
 # the first: for test suites and repeated local runs, where the cache is not what is measured.
 # Cold-compile figures are then not cold, the sides share what they compiled, and compile latency
-# is not measured (perfcheck/runner/latency_runs.py).
+# is not measured (perfcheck/runner/latency/runs.py).
 SHARED_CACHE_ENV = "PERFCHECK_COMPILE_CACHE"
 
 
@@ -118,7 +118,8 @@ def probe_env(cache: Path, trace_dir: Path | None = None) -> dict[str, str]:
         # In a shared cache Dynamo would record the shapes it saw and compile the next process
         # dynamic from the start; each process must compile as a fresh run of the code would. A
         # cache of the process's own has no record to read: set there too, so that every probe
-        # process of an interpreter has one environment and one fork server (perfcheck/runner/forkserver.py).
+        # process of an interpreter has one environment and one fork server
+        # (perfcheck/runner/process/forkserver.py).
         "TORCH_DYNAMO_AUTOMATIC_DYNAMIC_LOCAL_PGO": "0",
         **env,
         "PYTHONUNBUFFERED": "1",
@@ -186,8 +187,8 @@ def side_walls(run: ReviewRun, side: SideSetup) -> Walls | None:
     visible = [side.tree.resolve(), out, *interpreter_folders(side.python), *entry_folders(run, side.tree)]
     # Head's processes read base's compile caches (read-only): a kernel's cache entries name the
     # folder it was compiled in (Triton's groups list absolute paths), and identical code must
-    # find base's kernels and autotuning choices (perfcheck/runner/timing.py ``pair_caches``). Nothing of
-    # the caches head's processes write is seen by base's.
+    # find base's kernels and autotuning choices (perfcheck/runner/timing/pairs.py ``pair_caches``). Nothing
+    # of the caches head's processes write is seen by base's.
     caches = () if side.side == "head" else (workdir / "cache",)
     # The store of base's results: written by the orchestrator only, read by it only (reuse.py).
     stores = tuple(p.resolve() for p in (run.record_base, run.reuse_base) if p is not None)

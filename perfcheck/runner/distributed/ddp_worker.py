@@ -1,4 +1,4 @@
-"""One rank of the `ddp` probe: ``torchrun ... -m perfcheck.runner.ddp_worker SPEC.json OUT_DIR``.
+"""One rank of the `ddp` probe: ``torchrun ... -m perfcheck.runner.distributed.ddp_worker SPEC.json OUT_DIR``.
 
 Every rank builds the workload from its side's tree and trains it a few steps under each DDP
 variant: eager ``DDP(model)``, ``torch.compile(DDP(model))`` (Dynamo's DDPOptimizer splits the
@@ -7,7 +7,7 @@ Each rank hashes the graphs its backend is handed; rank 0 gathers everything and
 OUT_DIR/ddp.json. One profiled step per variant (never a timed one) gives the collectives and
 how much of their time ran while compute did; the last timed step's collectives are read from the
 process groups' flight recorder, each with its group and where in the compiled step it ran
-(perfcheck/runner/comm_groups.py).
+(perfcheck/runner/distributed/comm_groups.py).
 """
 
 from __future__ import annotations
@@ -29,12 +29,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from perfcheck.core.probes.collective_groups import CollectiveCall
 from perfcheck.core.probes.ddp import Collective, DdpMetrics, DdpSettings, DdpVariantMetrics, RankGraphs
-from perfcheck.runner import comm_groups
 from perfcheck.runner import step as steps
-from perfcheck.runner.break_events import graph_breaks_of
-from perfcheck.runner.comm_trace import STEP_MARK, collectives, comm_overlap_pct
-from perfcheck.runner.loader import call_build, load_build
-from perfcheck.runner.process_end import run_and_end
+from perfcheck.runner.distributed import comm_groups
+from perfcheck.runner.distributed.comm_trace import STEP_MARK, collectives, comm_overlap_pct
+from perfcheck.runner.dynamo.break_events import graph_breaks_of
+from perfcheck.runner.process.end import run_and_end
+from perfcheck.runner.process.loader import call_build, load_build
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 

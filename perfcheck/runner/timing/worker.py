@@ -1,11 +1,11 @@
-"""One side's timing worker process: ``python -m perfcheck.runner.timing_worker SPEC fd:N``.
+"""One side's timing worker process: ``python -m perfcheck.runner.timing.worker SPEC fd:N``.
 
 The orchestrator runs workers in pairs, one per side, several pairs per workload: the process is
 the unit of replication. It asks each worker of a pair, in alternation, for rounds of timed steps,
 then (on a GPU) for a device pass of its own, and, for the compile-latency samples, for one
 cache-cold compile once the rounds are over. Commands and replies are JSON lines on the socket
 ``fd:N``, a channel of its own, so nothing the workload prints can corrupt them. On a CPU the
-process is forked from a fork server that imported torch (perfcheck/runner/forkserver.py).
+process is forked from a fork server that imported torch (perfcheck/runner/process/forkserver.py).
 
 Timing rules: warm up until compilation, autotuning and recompiles have stopped and step times
 have settled, then a few steps more; the host work of both sides runs on one and the same core
@@ -35,12 +35,12 @@ from typing import Any
 import torch
 
 from perfcheck.runner import step as steps
-from perfcheck.runner.channel import PREFIX
-from perfcheck.runner.dynamo_stats import compile_activity, compile_breakdown, compiled_frames, reset
-from perfcheck.runner.fingerprint import environment
-from perfcheck.runner.loader import call_build, load_build
-from perfcheck.runner.peak_memory import peak_rss_mb
-from perfcheck.runner.process_end import run_and_end
+from perfcheck.runner.dynamo.stats import compile_activity, compile_breakdown, compiled_frames, reset
+from perfcheck.runner.process.channel import PREFIX
+from perfcheck.runner.process.end import run_and_end
+from perfcheck.runner.process.loader import call_build, load_build
+from perfcheck.runner.reuse.fingerprint import environment
+from perfcheck.runner.timing.peak_memory import peak_rss_mb
 from perfcheck.schema import load_model
 from perfcheck.spec import ProbeSpec
 
@@ -171,7 +171,7 @@ class Session:
     def setup(self) -> dict[str, Any]:
         spec, cfg, wl = self.spec, self.spec.timing, self.spec.workload
         if self._compile_workers():
-            from perfcheck.runner.cold_compile import start_compile_workers
+            from perfcheck.runner.latency.cold_compile import start_compile_workers
 
             start_compile_workers()
         if not self.cuda:
@@ -294,7 +294,7 @@ class Session:
         trace goes there (benchmarks record it)."""
         from torch.profiler import ProfilerActivity, profile, schedule
 
-        from perfcheck.runner.device_metrics import from_trace
+        from perfcheck.runner.timing.device_metrics import from_trace
 
         if not self.cuda:
             raise RuntimeError("the device pass needs a CUDA device")
@@ -329,7 +329,7 @@ class Session:
         the compiled model from the caches), so what a process pays once is paid, and it is idle,
         as is the other side's worker of its pair. The timed model goes first: two
         copies of a model that fills the GPU do not fit."""
-        from perfcheck.runner.cold_compile import cold_compile, on_cores, prime, wait_compile_workers
+        from perfcheck.runner.latency.cold_compile import cold_compile, on_cores, prime, wait_compile_workers
         from perfcheck.runner.probes.base import Workload
 
         spec = self.spec
@@ -405,7 +405,7 @@ def serve(spec: ProbeSpec, commands: Iterable[str], reply: Any) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or not args[1].removeprefix(PREFIX).isdigit():
-        print("usage: python -m perfcheck.runner.timing_worker SPEC.json fd:N (a socket)", file=sys.stderr)
+        print("usage: python -m perfcheck.runner.timing.worker SPEC.json fd:N (a socket)", file=sys.stderr)
         return 2
     spec = load_model(ProbeSpec, Path(args[0]).read_bytes(), args[0])
     with (
