@@ -436,6 +436,26 @@ def test_a_head_that_fixes_what_torch_compile_rejected_on_base_passes(
     assert "| graphs / breaks | failed | 1 / 0 | base failed |" in comment
 
 
+def test_a_second_call_s_error_of_several_lines_is_noted_by_its_first(
+    review: ReviewFn, tmp_path: Path
+) -> None:
+    # Dynamo quotes what the model raised on fake tensors as its repr ("got RuntimeError('batch of
+    # three\\nsecond line')"): the note is its first line, not the repr's escapes.
+    model = (
+        "import torch\n\n\nclass Net(torch.nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc = torch.nn.Linear(8, 8)\n\n"
+        "    def forward(self, x):\n"
+        '        torch._check(x.shape[0] != 3, lambda: "batch of three\\nsecond line")\n'
+        "        return self.fc(x)\n\n\n"
+        "def build(device):\n"
+        "    return Net().to(device), (torch.randn(4, 8).to(device),), (torch.randn(3, 8).to(device),)\n"
+    )
+    tree = write_tree(tmp_path / "tree", {"model.py": model})
+    result = review(tree, tree, probes=("compile",))
+    note = result.workloads[0].head[0].metrics_as(CompileMetrics).second_batch
+    assert note == "not checked: the model raises on its second inputs (RuntimeError: batch of three)"
+
+
 # -- probes follow what the workload declares ----------------------------------------------------
 
 

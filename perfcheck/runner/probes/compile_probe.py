@@ -189,6 +189,8 @@ def _second_batch(step: Callable[..., Any], built: Workload) -> str | None:
         # size of tensor a (4) must match ...')"); name that.
         inner = _WRAPPED.search(str(err))
         name, text = (inner.group(1), inner.group(2)) if inner else (type(err).__name__, str(err))
+        if inner:  # the inner error as its repr: its line breaks are the two characters "\n"
+            text = text.replace("\\n", "\n")
         first = (text.strip().splitlines() or [""])[0][:200]
         size = "its second inputs" if built.second is not None else f"a batch of {steps.batch_size(second)}"
         return f"not checked: the model raises on {size} ({name}: {first})"
