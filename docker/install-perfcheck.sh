@@ -38,7 +38,7 @@ case "$kind" in
   bot)
     # The bot image holds the write token and must never need torch.
     "$python" -c 'import sys; sys.modules["torch"] = None
-import perfcheck.cli, perfcheck.bot.gateway, perfcheck.bot.app, perfcheck.bot.publish'
+import perfcheck.cli.main, perfcheck.bot.gateway, perfcheck.bot.app, perfcheck.bot.publish'
     ;;
   *)
     echo "install-perfcheck: kind must be runner or bot, not $kind" >&2

@@ -1,3 +1,3 @@
-from perfcheck.cli import main
+from perfcheck.cli.main import main
 
 raise SystemExit(main())

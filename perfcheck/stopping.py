@@ -1,5 +1,5 @@
 """How a command that runs probes is stopped: Ctrl-C raises KeyboardInterrupt, SIGTERM
-``Terminated`` (perfcheck/cli.py installs the handler). The review catches either on its way out
+``Terminated`` (perfcheck/cli/main.py installs the handler). The review catches either on its way out
 to write what it measured before the stop (perfcheck/review.py)."""
 
 from __future__ import annotations

@@ -15,12 +15,12 @@ import pytest
 from conftest import MODEL, ReviewFn, model_tree, write_tree
 from pydantic import ValidationError
 
+from perfcheck.cli.html_command import add_html_parser
 from perfcheck.config import Config
 from perfcheck.core import break_depth, charts, history
 from perfcheck.core.render import render_comment
 from perfcheck.core.reports import render_html
 from perfcheck.measures import CompileMetrics, GraphBreak, NestingBlock, SourceLocation
-from perfcheck.report_cli import add_html_parser
 from perfcheck.review import assemble
 from perfcheck.runner.source.nesting import blocks_around, blocks_in_file
 from perfcheck.schema import ProbeResult, Review, WorkloadReview, load_review

@@ -503,7 +503,7 @@ def test_the_aa_workflows_keep_one_store_that_the_pull_request_workflows_only_re
 def test_the_cpu_aa_workflow_records_an_aa_run_that_history_noise_counts(
     fake_github: FakeGitHub, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from perfcheck.cli import main
+    from perfcheck.cli.main import main
 
     origin = tmp_path / "origin"
     origin.mkdir()

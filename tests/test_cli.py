@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from conftest import DEMO, model_tree, perfcheck_cli, write_tree
 
-from perfcheck.cli import build_parser, main
+from perfcheck.cli.main import build_parser, main
 
 SUBCOMMANDS = (
     "review",

@@ -246,7 +246,7 @@ def test_a_truncated_result_names_where_it_ends(tmp_path: Path) -> None:
 
 
 def _help(*command: str) -> str:
-    from perfcheck.cli import build_parser
+    from perfcheck.cli.main import build_parser
 
     parser = build_parser()
     for name in command:

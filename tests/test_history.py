@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-import perfcheck.cli
+import perfcheck.cli.main
+from perfcheck.cli.history_commands import add_history_parser, render_trend, sparkline
 from perfcheck.core import history
 from perfcheck.core.history import (
     LATEST,
@@ -26,7 +27,6 @@ from perfcheck.core.history import (
     side_metrics,
     trend,
 )
-from perfcheck.history_cli import add_history_parser, render_trend, sparkline
 from perfcheck.measures import TimingMetrics, TimingProcess
 from perfcheck.schema import ProbeResult, Review, load_review
 
@@ -299,9 +299,9 @@ def test_render_trend_golden() -> None:
 
 
 def cli() -> Callable[[Sequence[str]], int]:
-    """`perfcheck.cli.main` once `history` is wired there; until then a parser of our own."""
-    if hasattr(perfcheck.cli, "add_history_parser"):
-        return perfcheck.cli.main
+    """`perfcheck.cli.main.main` once `history` is wired there; until then a parser of our own."""
+    if hasattr(perfcheck.cli.main, "add_history_parser"):
+        return perfcheck.cli.main.main
     parser = argparse.ArgumentParser(prog="perfcheck")
     add_history_parser(parser.add_subparsers(dest="command", required=True))
 
@@ -379,7 +379,7 @@ def test_cli_bad_input_exits_2_with_a_message(tmp_path: Path, capsys: pytest.Cap
 
 
 def test_report_records_into_the_configured_store(tmp_path: Path) -> None:
-    from perfcheck.cli import main as cli_main
+    from perfcheck.cli.main import main as cli_main
     from perfcheck.schema import ProbeRun, Shard
 
     review = load_review(DEMO_RESULT)
@@ -408,7 +408,7 @@ def test_a_locked_history_store_is_a_message_and_the_review_is_kept(
 ) -> None:
     import sqlite3
 
-    from perfcheck.cli import main as cli_main
+    from perfcheck.cli.main import main as cli_main
     from perfcheck.schema import ProbeRun, Shard
 
     review = load_review(DEMO_RESULT)

@@ -19,7 +19,7 @@ import pytest
 from conftest import ReviewFn, fast_config, model_tree
 
 from perfcheck.bot import plan_flow
-from perfcheck.cli import main
+from perfcheck.cli.main import main
 from perfcheck.config import parse_config
 from perfcheck.core import history, noise
 from perfcheck.core.history import HistoryError, aa_runs, noise_footer, open_store, record

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from perfcheck.cli.html_command import add_html_parser
 from perfcheck.core import charts, history
 from perfcheck.core.probes.profile import KernelStat, TraceMetrics
 from perfcheck.core.reports import render_check_summary, render_html, render_job_summary
 from perfcheck.measures import MetricChange, Side, SourceLocation, TimingChange, TimingMetrics, TimingProcess
-from perfcheck.report_cli import add_html_parser
 from perfcheck.schema import Finding, ProbeResult, Review, WorkloadReview, load_review
 
 DATA = Path(__file__).parent / "data"

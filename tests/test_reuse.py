@@ -13,7 +13,7 @@ import pytest
 from conftest import fast_config, model_tree, write_tree
 
 import perfcheck.core.probes  # noqa: F401  (the registry, for ProbeResult's metrics)
-from perfcheck.cli import main
+from perfcheck.cli.main import main
 from perfcheck.core import records
 from perfcheck.core.records import Record, RecordError, RecordKey, make_record, mismatch, parse_record
 from perfcheck.core.render import cost_line

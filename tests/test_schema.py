@@ -97,14 +97,14 @@ def test_bot_side_imports_without_torch() -> None:
     # A None entry in sys.modules makes any `import torch` fail loudly.
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import perfcheck.schema, perfcheck.config, perfcheck.spec, perfcheck.cli\n"
+        "import perfcheck.schema, perfcheck.config, perfcheck.spec, perfcheck.cli.main\n"
         "import importlib, pkgutil, perfcheck.bot, perfcheck.core\n"
         "for pkg in (perfcheck.bot, perfcheck.core):\n"
         "    for m in pkgutil.walk_packages(pkg.__path__, pkg.__name__ + '.'):\n"
         "        importlib.import_module(m.name)\n"
         "import github, perfcheck.bot.gateway as g; g._failure(ValueError())\n"
         "import perfcheck.runner.orchestrate, perfcheck.runner.workloads, perfcheck.review\n"
-        "perfcheck.cli.main(['schema'])\n"
+        "perfcheck.cli.main.main(['schema'])\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False

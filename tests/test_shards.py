@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from conftest import model_tree
 
-from perfcheck.cli import main
+from perfcheck.cli.main import main
 from perfcheck.review import ShardError, merge_shards, parse_shard, shard_of
 from perfcheck.schema import ProbeRun, Shard, SideInfo, WorkloadReview
 from perfcheck.settings import WorkloadConfig
@@ -201,7 +201,7 @@ def test_a_folder_of_shards_is_read_for_its_shards_not_files_planted_inside_one(
 ) -> None:
     # Issue 45: `report FOLDER` took a probes.json planted under a shard's files/head (where its
     # sandboxed probes, PR code, write) for a shard of the review.
-    from perfcheck.review_cli import shard_files
+    from perfcheck.cli.review_commands import shard_files
 
     for path in (
         "a/probes.json",

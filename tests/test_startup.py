@@ -20,8 +20,8 @@ from pathlib import Path
 import pydantic_core
 import pytest
 
-from perfcheck import trace_cli
-from perfcheck.cli import _PARSERS, COMMANDS, build_parser, main
+from perfcheck.cli import trace_commands as trace_cli
+from perfcheck.cli.main import _PARSERS, COMMANDS, build_parser, main
 from perfcheck.core.trace import by_hta_short_name, summarize
 from perfcheck.trace_schema import TRACE_SCHEMA_VERSION, TraceDiffDoc, TraceSummaryDoc
 
@@ -88,10 +88,10 @@ def heavy(modules: set[str]) -> list[str]:
 def test_the_fast_commands_import_nothing_heavy(argv: list[str]) -> None:
     done, modules = imported(*argv)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "perfcheck.cli" in modules  # the list is read: the command ran through it
+    assert "perfcheck.cli.main" in modules  # the list is read: the command ran through it
     assert heavy(modules) == []
     if argv[0] == "trace":
-        assert "perfcheck.trace_cli" in modules
+        assert "perfcheck.cli.trace_commands" in modules
     else:
         # The top-level help builds no subcommand's parser, so it loads none of their modules.
         assert not {m for m in modules if m.endswith("_cli")}
@@ -120,7 +120,8 @@ def test_every_other_command_knows_every_probes_finding_categories(command: str)
     """The fsdp probe's categories exist once the probe registry is loaded: each command but trace
     loads it before it runs (a result with such a finding must validate in html, history, render)."""
     probe = (
-        "import sys; from perfcheck.cli import build_parser; from perfcheck.vocabulary import categories; "
+        "import sys; from perfcheck.cli.main import build_parser; "
+        "from perfcheck.vocabulary import categories; "
         "build_parser(sys.argv[1]); print(' '.join(categories()))"
     )
     done = subprocess.run(

@@ -15,12 +15,7 @@ from xml.etree import ElementTree
 import pytest
 from conftest import model_tree, write_tree
 
-from perfcheck.config import Config, parse_config
-from perfcheck.core.charts import svg_sweep
-from perfcheck.core.pareto import dominates, pareto_front
-from perfcheck.runner.sweep import SweepJob, plan_points, run_point, run_sweep, skip_reason
-from perfcheck.settings import SweepConfig, WorkloadConfig
-from perfcheck.sweep_cli import (
+from perfcheck.cli.sweep_command import (
     EXIT_BAD_INPUT,
     EXIT_OK,
     EXIT_SOME_FAILED,
@@ -31,6 +26,11 @@ from perfcheck.sweep_cli import (
     pick_workload,
     render_table,
 )
+from perfcheck.config import Config, parse_config
+from perfcheck.core.charts import svg_sweep
+from perfcheck.core.pareto import dominates, pareto_front
+from perfcheck.runner.sweep import SweepJob, plan_points, run_point, run_sweep, skip_reason
+from perfcheck.settings import SweepConfig, WorkloadConfig
 from perfcheck.sweep_schema import PointResult, PointSpec, PointStatus, SweepPoint, SweepReport
 
 SVG = "{http://www.w3.org/2000/svg}"

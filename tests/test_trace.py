@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 from conftest import perfcheck_cli
 
-from perfcheck import trace_cli
+from perfcheck.cli import trace_commands as trace_cli
+from perfcheck.cli.trace_commands import add_trace_parser
 from perfcheck.core.trace import (
     HTA_SHORT,
     OpTotal,
@@ -35,7 +36,6 @@ from perfcheck.core.trace import (
     summarize,
     summarize_events,
 )
-from perfcheck.trace_cli import add_trace_parser
 from perfcheck.trace_schema import TraceDiffDoc
 
 GEMM = "void gemm_kernel<float, 128>(float const*, float*, int)"
@@ -558,7 +558,7 @@ def test_trace_json_documents_validate_against_the_printed_schema(
 ) -> None:
     import jsonschema
 
-    from perfcheck.cli import main
+    from perfcheck.cli.main import main
 
     trace = _profiled_steps(tmp_path / "steps.json", planted_step=2)
     for argv, document in (
@@ -790,7 +790,7 @@ def test_core_trace_imports_no_torch() -> None:
 
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "import perfcheck.core.trace, perfcheck.trace_cli\n"
+        "import perfcheck.core.trace, perfcheck.cli.trace_commands\n"
         "assert 'torch' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

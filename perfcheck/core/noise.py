@@ -6,7 +6,7 @@ gate could not decide on an unchanged tree. The spread of each deciding metric's
 runs (|head/base − 1|) is how much a budget must allow for before a change is told from noise.
 
 Pure functions over a review and over what the history store kept of earlier ones; the store's
-reading and writing stay in perfcheck/core/history.py, printing in perfcheck/history_cli.py.
+reading and writing stay in perfcheck/core/history.py, printing in perfcheck/cli/history_commands.py.
 """
 
 from __future__ import annotations

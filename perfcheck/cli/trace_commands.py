@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfcheck.argtypes import positive
+from perfcheck.cli.argtypes import positive
 from perfcheck.core.markdown import visible
 
 # The naming value of rows grouped by HTA's short name (perfcheck.core.trace.HTA_SHORT); spelled

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from perfcheck import __version__
-from perfcheck.argtypes import names
+from perfcheck.cli.argtypes import names
 from perfcheck.stopping import STOPS, Terminated, stop_name
 
 EXIT_BAD_INPUT = 2
@@ -73,79 +73,79 @@ def _command_of(argv: Sequence[str]) -> str:
 
 
 def _add_review_parser(sub: Any) -> None:
-    from perfcheck.review_cli import add_review_parser
+    from perfcheck.cli.review_commands import add_review_parser
 
     add_review_parser(sub)
 
 
 def _add_probe_parser(sub: Any) -> None:
-    from perfcheck.review_cli import add_probe_parser
+    from perfcheck.cli.review_commands import add_probe_parser
 
     add_probe_parser(sub)
 
 
 def _add_report_parser(sub: Any) -> None:
-    from perfcheck.review_cli import add_report_parser
+    from perfcheck.cli.review_commands import add_report_parser
 
     add_report_parser(sub)
 
 
 def _add_plan_parser(sub: Any) -> None:
-    from perfcheck.github_cli import add_plan_parser
+    from perfcheck.cli.github_commands import add_plan_parser
 
     add_plan_parser(sub)
 
 
 def _add_publish_parser(sub: Any) -> None:
-    from perfcheck.github_cli import add_publish_parser
+    from perfcheck.cli.github_commands import add_publish_parser
 
     add_publish_parser(sub)
 
 
 def _add_serve_parser(sub: Any) -> None:
-    from perfcheck.github_cli import add_serve_parser
+    from perfcheck.cli.github_commands import add_serve_parser
 
     add_serve_parser(sub)
 
 
 def _add_schema_parser(sub: Any) -> None:
-    from perfcheck.contract_cli import add_schema_parser
+    from perfcheck.cli.contract_commands import add_schema_parser
 
     add_schema_parser(sub)
 
 
 def _add_render_parser(sub: Any) -> None:
-    from perfcheck.contract_cli import add_render_parser
+    from perfcheck.cli.contract_commands import add_render_parser
 
     add_render_parser(sub)
 
 
 def _add_trace_parser(sub: Any) -> None:
-    from perfcheck.trace_cli import add_trace_parser
+    from perfcheck.cli.trace_commands import add_trace_parser
 
     add_trace_parser(sub)
 
 
 def _add_history_parser(sub: Any) -> None:
-    from perfcheck.history_cli import add_history_parser
+    from perfcheck.cli.history_commands import add_history_parser
 
     add_history_parser(sub)
 
 
 def _add_html_parser(sub: Any) -> None:
-    from perfcheck.report_cli import add_html_parser
+    from perfcheck.cli.html_command import add_html_parser
 
     add_html_parser(sub)
 
 
 def _add_sweep_parser(sub: Any) -> None:
-    from perfcheck.sweep_cli import add_sweep_parser
+    from perfcheck.cli.sweep_command import add_sweep_parser
 
     add_sweep_parser(sub)
 
 
 def _add_bisect_parser(sub: Any) -> None:
-    from perfcheck.bisect_cli import add_bisect_parser
+    from perfcheck.cli.bisect_command import add_bisect_parser
 
     add_bisect_parser(sub, names)
 

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfcheck.argtypes import positive
+from perfcheck.cli.argtypes import positive
 
 EXIT_BAD_INPUT = 2
 

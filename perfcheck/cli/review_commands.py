@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from perfcheck.argtypes import comma_separated, names, positive
+from perfcheck.cli.argtypes import comma_separated, names, positive
 
 EXIT_BAD_INPUT = 2
 
@@ -161,7 +161,7 @@ def _bisect_shard(args: argparse.Namespace, request: Any, probed: Any) -> None:
     came from to probes.json (and OUT/bisect.json, bisect.md). It never fails the step: a search
     that cannot run says why and leaves the probes as they were."""
     from perfcheck.bisect import bisect_probed
-    from perfcheck.bisect_cli import render_table
+    from perfcheck.cli.bisect_command import render_table
     from perfcheck.core.bisect import markdown
 
     def say(line: str) -> None:

@@ -17,10 +17,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from perfcheck.argtypes import positive
+from perfcheck.cli.argtypes import positive
+from perfcheck.cli.trace_commands import table
 from perfcheck.core import deltas
 from perfcheck.core.markdown import visible
-from perfcheck.trace_cli import table
 
 if TYPE_CHECKING:
     from perfcheck.core.history import TrendRow
